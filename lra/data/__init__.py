@@ -1,0 +1,1 @@
+"""Per-task data: generate or prepare, then load; one batch pipeline."""
