@@ -1,0 +1,92 @@
+"""Command-line entry points ``lra-train`` and ``lra-data`` (Hydra apps).
+
+Both compose ``configs/config.yaml`` with the ``model``, ``task`` and
+``trainer`` groups, so every override (``task=listops``, ``seed=3``,
+``trainer.num_steps=10``, ``data_dir=...``) and Hydra's ``--help`` and ``-m``
+(multirun) work the same way in both. A user-facing error (:class:`LRAError`)
+prints one line, ``error: <what is wrong and what to do>``, and exits with
+status 2.
+"""
+
+import sys
+from pathlib import Path
+
+import hydra
+
+from lra import measure
+from lra.errors import LRAError
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+def _report_errors(fn, *args):
+    try:
+        return fn(*args)
+    except LRAError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def _mib(num_bytes) -> str:
+    return "n/a" if num_bytes is None else f"{num_bytes / 2**20:.1f} MiB"
+
+
+def _rate(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def summarize(record: dict) -> str:
+    """The lines ``lra-train`` prints at the end of a run."""
+    return "\n".join(
+        [
+            f"{record['model']} on {record['task']} (seed {record['seed']}, {record['device']})",
+            f"  test accuracy   {record['test_accuracy']:.4f}  "
+            f"(val {record['val_accuracy']:.4f} at step {record['selected_step']}, "
+            f"selection={record['selection']})",
+            f"  train steps/sec {_rate(record['train_steps_per_sec'])}   "
+            f"eval steps/sec {_rate(record['eval_steps_per_sec'])}",
+            f"  peak memory     {_mib(record['peak_memory_bytes'])} ({record['memory_source']})",
+            f"  record          {record['record_path']}",
+        ]
+    )
+
+
+def _train(cfg):
+    from lra.train import train_and_evaluate
+
+    record = train_and_evaluate(cfg)
+    print(summarize(record), flush=True)
+    return record["test_accuracy"]
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _data(cfg):
+    from lra.data.tasks import prepare_task, resolve_data_dir
+
+    data_dir = resolve_data_dir(cfg.data_dir)
+    folder = prepare_task(cfg.task, data_dir, num_workers=cfg.get("num_workers"))
+    print(f"{cfg.task.name} data ready in {folder} ({_mib(_folder_bytes(folder))})", flush=True)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def _train_app(cfg):
+    return _report_errors(_train, cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def _data_app(cfg):
+    return _report_errors(_data, cfg)
+
+
+def train_main():
+    """``lra-train``: train and evaluate one model on one task, write a record."""
+    measure.configure_cpu_memory_analysis()
+    _train_app()
+
+
+def data_main():
+    """``lra-data``: prepare the data of one task into ``data_dir``."""
+    _data_app()

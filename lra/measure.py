@@ -1,0 +1,122 @@
+"""Speed, memory and FLOPs of compiled JAX steps, measured one way everywhere.
+
+Used by the training loop (:mod:`lra.train`) and the benchmark, so a training
+record and a benchmark record mean the same thing by "steps/sec" and "peak
+memory":
+
+* steps/sec: wall time of timed windows that start and end with device work
+  awaited (``jax.block_until_ready``); compilation happens ahead of time and is
+  never inside a window.
+* peak memory: the device's own ``peak_bytes_in_use`` where the backend keeps
+  statistics (GPU, TPU); otherwise XLA's compiled memory analysis of the step
+  (arguments + outputs + temporaries - aliased donations + generated code).
+  The record names which one in ``memory_source``.
+* FLOPs: XLA's cost analysis of the compiled step.
+"""
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import jax
+
+# On CPU, the YNN fusion pass folds temporaries into fused kernels that the
+# memory analysis then does not count; turning it off makes the compiled
+# memory figure reflect the buffers the step really needs.
+CPU_MEMORY_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
+
+MEMORY_SOURCE_DEVICE = "device_peak_bytes_in_use"
+MEMORY_SOURCE_COMPILED = "xla_compiled_memory_analysis"
+
+
+def configure_cpu_memory_analysis() -> None:
+    """Add :data:`CPU_MEMORY_FLAG` to ``XLA_FLAGS``; call before JAX starts a backend."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_experimental_ynn_fusion_type" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {CPU_MEMORY_FLAG}".strip()
+
+
+def compiled_memory_bytes(compiled) -> int | None:
+    """Bytes a compiled executable needs per XLA's memory analysis, or None."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # some backends do not implement it
+        return None
+    if stats is None:
+        return None
+    return int(
+        stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        + stats.temp_size_in_bytes
+        - stats.alias_size_in_bytes
+        + stats.generated_code_size_in_bytes
+    )
+
+
+def compiled_flops(compiled) -> float | None:
+    """FLOPs of one call of a compiled executable per XLA's cost analysis, or None."""
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:
+        return None
+    if isinstance(cost, list | tuple):  # older JAX returned one dict per device
+        cost = cost[0] if cost else None
+    if not cost or "flops" not in cost:
+        return None
+    return float(cost["flops"])
+
+
+def device_peak_bytes(device=None) -> int | None:
+    """The device's own peak allocation since start, where the backend tracks it."""
+    device = device or jax.local_devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:
+        return None
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return int(stats["peak_bytes_in_use"])
+
+
+def peak_memory(compiled, device=None) -> tuple[int | None, str]:
+    """Peak memory and its source: device statistics if available, else compiled analysis."""
+    measured = device_peak_bytes(device)
+    if measured is not None:
+        return measured, MEMORY_SOURCE_DEVICE
+    return compiled_memory_bytes(compiled), MEMORY_SOURCE_COMPILED
+
+
+@dataclass
+class WindowTimer:
+    """Accumulates steps and seconds over timed windows.
+
+    Call :meth:`start` after awaiting the device, run steps, then :meth:`stop`
+    with the number of steps and a result to await. Time between windows
+    (evaluation, logging) is not counted.
+    """
+
+    steps: int = 0
+    seconds: float = 0.0
+    windows: list[float] = field(default_factory=list)
+    _t0: float | None = None
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self, num_steps: int, result=None) -> None:
+        if self._t0 is None:
+            raise RuntimeError("WindowTimer.stop called before start")
+        if result is not None:
+            jax.block_until_ready(result)
+        elapsed = time.perf_counter() - self._t0
+        self._t0 = None
+        if num_steps > 0:
+            self.steps += num_steps
+            self.seconds += elapsed
+            self.windows.append(num_steps / elapsed if elapsed > 0 else float("inf"))
+
+    @property
+    def steps_per_sec(self) -> float | None:
+        if self.steps == 0 or self.seconds <= 0:
+            return None
+        return self.steps / self.seconds

@@ -1,0 +1,136 @@
+"""The results record and the results store.
+
+A record is one JSON file per run (training or benchmark) in ``results_dir``,
+written atomically: the JSON goes to a temporary file in the same folder, is
+flushed to disk, then renamed, so a reader never sees half a record. The store
+is simply the folder; :func:`read_records` loads every record in it.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lra.errors import DataError
+
+SCHEMA_VERSION = 1
+
+# Keys every training record carries (benchmark records add their own).
+TRAIN_RECORD_KEYS = (
+    "schema_version",
+    "kind",
+    "model",
+    "task",
+    "seed",
+    "test_accuracy",
+    "val_accuracy",
+    "selection",
+    "selected_step",
+    "train_steps_per_sec",
+    "eval_steps_per_sec",
+    "peak_memory_bytes",
+    "memory_source",
+    "flops_per_step",
+    "num_params",
+    "device",
+    "device_count",
+    "code_version",
+    "config_hash",
+    "started_at",
+    "wall_seconds",
+    "config",
+)
+
+
+def utc_now() -> str:
+    """The current time as an ISO-8601 UTC string with seconds."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def config_hash(config: dict) -> str:
+    """A short, stable hash of a resolved config (key order does not matter)."""
+    canonical = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def code_version() -> str:
+    """``git describe`` of the harness checkout (``-dirty`` if modified), else the version."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from lra import __version__
+
+        return __version__
+
+
+def ensure_writable(results_dir: str | Path) -> Path:
+    """Create ``results_dir`` if needed and prove it is writable, before any work is done."""
+    path = Path(results_dir).expanduser().resolve()
+    hint = "Choose a writable folder with results_dir=/some/writable/dir"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as err:
+        raise DataError(f"results_dir {path} is not writable ({err.strerror}). {hint}") from None
+    return path
+
+
+def record_filename(record: dict) -> str:
+    """``<kind>__<model>__<task>__seed<seed>__<time>__<config hash>__<random>.json``.
+
+    The random suffix keeps two runs started in the same second from colliding.
+    """
+    stamp = record["started_at"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    return (
+        f"{record['kind']}__{record['model']}__{record['task']}__seed{record['seed']}"
+        f"__{stamp}__{record['config_hash']}__{uuid.uuid4().hex[:6]}.json"
+    )
+
+
+def write_record(record: dict, results_dir: str | Path) -> Path:
+    """Write ``record`` atomically into ``results_dir``; return the final path."""
+    folder = ensure_writable(results_dir)
+    final = folder / record_filename(record)
+    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle, indent=2, sort_keys=True, allow_nan=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, final)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return final
+
+
+def read_records(results_dir: str | Path) -> list[dict]:
+    """Every record in ``results_dir`` (recursively), each with its ``path`` added."""
+    records = []
+    for path in sorted(Path(results_dir).rglob("*.json")):
+        if path.name.startswith("."):
+            continue
+        with path.open() as handle:
+            try:
+                record = json.load(handle)
+            except json.JSONDecodeError as err:
+                raise DataError(f"results record {path} is not valid JSON: {err}") from None
+        if isinstance(record, dict) and "schema_version" in record:
+            record["path"] = str(path)
+            records.append(record)
+    return records

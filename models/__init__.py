@@ -1,0 +1,22 @@
+"""The networks of the LRA harness: attention mechanisms, the encoder, classifier heads.
+
+Nothing here knows a dataset; the harness in ``lra`` builds models from configs.
+"""
+
+import models.attention  # noqa: F401  (registers every mechanism)
+from models.encoder import Classifier, DualClassifier, build_classifier, sinusoidal_positions
+from models.registry import RegistryError, make_attention, names, register
+
+ATTENTION_NAMES: tuple[str, ...] = names()
+
+__all__ = [
+    "ATTENTION_NAMES",
+    "Classifier",
+    "DualClassifier",
+    "RegistryError",
+    "build_classifier",
+    "make_attention",
+    "names",
+    "register",
+    "sinusoidal_positions",
+]

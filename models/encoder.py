@@ -1,0 +1,491 @@
+"""The LRA classifier: embeddings, pre-LayerNorm encoder blocks, pooling, classifier heads.
+
+Shapes (B batch, L token length <= max_len, D = dim, C classes):
+
+    tokens:  int32[B, L]       lengths: int32[B]  (the padding mask is arange(L) < lengths,
+                                                   never derived from token values)
+    Embedder -> float[B, L', D], mask bool[B, L']  with L' = L + 1 under CLS pooling (a learned
+                                                   CLS vector is prepended before positions
+                                                   are added, as in the official LRA encoder)
+    Encoder  -> float[B, L', D]                    num_layers blocks, then a final LayerNorm
+    pool     -> float[B, D]                        'cls': position 0; 'mean': masked mean
+    Classifier     -> float[B, C]                  Dense(mlp_dim), ReLU, Dense(C)
+    DualClassifier -> float[B, C]                  Retrieval: one shared encoder for both
+                                                   documents, [u, v, u*v, u-v] -> Dense(mlp_dim)
+                                                   ReLU -> Dense(mlp_dim // 2) ReLU -> Dense(C)
+
+Attention per layer: ``attention`` is one registered name (every layer) or a list of
+``num_layers`` names (a per-layer schedule, lowest layer first). ``attention_options`` maps a
+mechanism name to the keyword options for every layer using that mechanism; a mechanism
+absent from the map gets no extra options. Keys naming no mechanism of the schedule are an
+error (this catches flat option dicts such as ``{"num_features": 256}``).
+
+Randomness: ``rngs`` given to a constructor is used for parameter init only. Dropout keys come
+from the ``rngs`` given at call time (an ``nnx.Rngs``, or a JAX key which is wrapped as
+``nnx.Rngs(dropout=key)``); it is threaded to every Dropout and every attention module, and is
+required when ``deterministic=False``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.registry import make_attention
+
+__all__ = [
+    "MLP",
+    "Block",
+    "Classifier",
+    "DualClassifier",
+    "Embedder",
+    "Encoder",
+    "build_classifier",
+    "pool",
+    "sinusoidal_positions",
+]
+
+# What a call accepts as ``rngs``: an nnx.Rngs (its "dropout" stream, else "default"), a JAX
+# key (wrapped as nnx.Rngs(dropout=key)), or None when deterministic.
+DropoutRngs = nnx.Rngs | jax.Array | None
+
+POOLINGS = ("cls", "mean")
+POSITIONS = ("sinusoidal", "learned")
+
+
+@functools.lru_cache(maxsize=32)
+def _sinusoidal_np(length: int, dim: int) -> np.ndarray:
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    channel = np.arange(dim)
+    inv_freq = np.power(10000.0, -(2 * (channel // 2)) / dim)
+    angles = pos * inv_freq[None, :]
+    table = np.where(channel % 2 == 0, np.sin(angles), np.cos(angles)).astype(np.float32)
+    table.setflags(write=False)
+    return table
+
+
+def sinusoidal_positions(length: int, dim: int) -> jax.Array:
+    """Fixed sinusoidal position table float32[length, dim] (Vaswani et al. 2017).
+
+    Interleaved layout: channel 2i is sin(p / 10000^(2i/dim)), channel 2i+1 the cos of the
+    same angle. (The official LRA code puts all sines first, then all cosines: the same
+    table up to a fixed permutation of channels.)
+    """
+    if length < 0 or dim < 1:
+        raise ValueError(
+            f"sinusoidal_positions: need length >= 0 and dim >= 1, got {length}, {dim}"
+        )
+    return jnp.asarray(_sinusoidal_np(int(length), int(dim)))
+
+
+def _call_rngs(deterministic: bool, rngs: Any, where: str) -> nnx.Rngs | None:
+    """The dropout Rngs to thread down: None when deterministic, else required."""
+    if deterministic:
+        return None
+    if rngs is None:
+        raise ValueError(
+            f"{where}: deterministic=False needs rngs for dropout; pass "
+            "rngs=nnx.Rngs(dropout=key) (or a JAX key) at call time"
+        )
+    if isinstance(rngs, nnx.Rngs):
+        return rngs
+    if isinstance(rngs, jax.Array):
+        return nnx.Rngs(dropout=rngs)
+    raise TypeError(f"{where}: rngs must be an nnx.Rngs or a JAX key, got {type(rngs).__name__}")
+
+
+def padding_mask(lengths: jax.Array, length: int) -> jax.Array:
+    """bool[B, length], True at the first ``lengths[b]`` positions of row b."""
+    return jnp.arange(length)[None, :] < jnp.asarray(lengths)[:, None]
+
+
+class Embedder(nnx.Module):
+    """Token embedding (+ prepended CLS vector) + positions, then dropout."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        dim: int,
+        max_len: int,
+        positions: str,
+        cls_token: bool,
+        dropout: float,
+        rngs: nnx.Rngs,
+    ):
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        self.dim = dim
+        self.max_len = max_len
+        self.positions = positions
+        self.max_positions = max_len + int(cls_token)
+        # Own table rather than nnx.Embed, which casts its output to the dtype it was built
+        # with; this one follows the parameter dtype. Init std 1.0 as in the official LRA.
+        self.vocab_size = vocab_size
+        self.embedding = nnx.Param(
+            nnx.initializers.normal(1.0)(rngs.params(), (vocab_size, dim), jnp.float32)
+        )
+        self.cls = nnx.Param(jnp.zeros((dim,), jnp.float32)) if cls_token else None
+        if positions == "learned":
+            init = nnx.initializers.normal(0.02)
+            self.pos = nnx.Param(init(rngs.params(), (self.max_positions, dim), jnp.float32))
+        else:
+            self.pos = None
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        mask: jax.Array,
+        *,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be int[B, L], got shape {tokens.shape}")
+        b, n = tokens.shape
+        if n > self.max_len:
+            raise ValueError(f"token length {n} exceeds max_len={self.max_len}; raise max_len")
+        x = jnp.take(self.embedding[...], tokens, axis=0)  # ids outside the vocab give NaN
+        if self.cls is not None:
+            cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (b, 1, self.dim))
+            x = jnp.concatenate([cls, x], axis=1)
+            mask = jnp.concatenate([jnp.ones((b, 1), bool), mask], axis=1)
+        length = x.shape[1]
+        if self.pos is not None:
+            pos = self.pos[:length]
+        else:
+            pos = sinusoidal_positions(length, self.dim)
+        x = x + pos.astype(x.dtype)[None]
+        return self.dropout(x, deterministic=deterministic, rngs=rngs), mask
+
+
+class MLP(nnx.Module):
+    """Dense(dim -> mlp_dim), GELU, dropout, Dense(mlp_dim -> dim)."""
+
+    def __init__(self, *, dim: int, mlp_dim: int, dropout: float, rngs: nnx.Rngs):
+        self.fc1 = nnx.Linear(dim, mlp_dim, rngs=rngs)
+        self.fc2 = nnx.Linear(mlp_dim, dim, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+        h = nnx.gelu(self.fc1(x))
+        h = self.dropout(h, deterministic=deterministic, rngs=rngs)
+        return self.fc2(h)
+
+
+class Block(nnx.Module):
+    """Pre-LayerNorm block: x + drop(attn(LN x)), then x + drop(mlp(LN x)).
+
+    If the mechanism's class sets ``replaces_mlp = True`` the block is the attention
+    sub-layer alone.
+    """
+
+    def __init__(
+        self,
+        *,
+        attention: str,
+        attention_options: Mapping[str, Any],
+        dim: int,
+        qkv_dim: int,
+        num_heads: int,
+        mlp_dim: int,
+        max_len: int,
+        dropout: float,
+        attention_dropout: float,
+        rngs: nnx.Rngs,
+    ):
+        self.kind = attention
+        self.attention_norm = nnx.LayerNorm(dim, rngs=rngs)
+        self.attention = make_attention(
+            attention,
+            dim=dim,
+            num_heads=num_heads,
+            max_len=max_len,
+            rngs=rngs,
+            qkv_dim=qkv_dim,
+            dropout_rate=attention_dropout,
+            **attention_options,
+        )
+        self.attention_dropout = nnx.Dropout(dropout)
+        self.has_mlp = not getattr(type(self.attention), "replaces_mlp", False)
+        if self.has_mlp:
+            self.mlp_norm = nnx.LayerNorm(dim, rngs=rngs)
+            self.mlp = MLP(dim=dim, mlp_dim=mlp_dim, dropout=dropout, rngs=rngs)
+            self.mlp_dropout = nnx.Dropout(dropout)
+        else:
+            self.mlp_norm = self.mlp = self.mlp_dropout = None
+
+    def __call__(self, x, *, mask, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+        kw = {"deterministic": deterministic, "rngs": rngs}
+        x = x + self.attention_dropout(
+            self.attention(self.attention_norm(x), mask=mask, **kw), **kw
+        )
+        if self.has_mlp:
+            x = x + self.mlp_dropout(self.mlp(self.mlp_norm(x), **kw), **kw)
+        return x
+
+
+def resolve_schedule(attention: str | Sequence[str], num_layers: int) -> tuple[str, ...]:
+    """One mechanism name per layer, lowest first."""
+    if isinstance(attention, str):
+        return (attention,) * num_layers
+    if not isinstance(attention, Sequence) or not all(isinstance(a, str) for a in attention):
+        raise ValueError(
+            f"attention must be a mechanism name or a list of names, got {attention!r}"
+        )
+    if len(attention) != num_layers:
+        raise ValueError(
+            f"attention schedule has {len(attention)} entries but num_layers={num_layers}; "
+            "give one mechanism name per layer (or a single name for all layers)"
+        )
+    return tuple(attention)
+
+
+def resolve_options(
+    attention_options: Mapping[str, Mapping[str, Any]] | None, schedule: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Options per mechanism name in ``schedule`` (``{}`` for those absent from the map)."""
+    attention_options = {} if attention_options is None else attention_options
+    if not isinstance(attention_options, Mapping):
+        raise ValueError(
+            f"attention_options must map mechanism name -> options, got {attention_options!r}"
+        )
+    used = sorted(set(schedule))
+    stray = sorted(set(attention_options) - set(used))
+    if stray:
+        raise ValueError(
+            f"attention_options keys {stray} name no mechanism used by this model ({used}); "
+            "attention_options maps a mechanism name to its options, e.g. "
+            "{'performer': {'num_features': 256}}"
+        )
+    out = {}
+    for name in used:
+        opts = attention_options.get(name) or {}
+        if not isinstance(opts, Mapping):
+            raise ValueError(f"attention_options[{name!r}] must be a mapping, got {opts!r}")
+        out[name] = dict(opts)
+    return out
+
+
+class Encoder(nnx.Module):
+    """Embedder, ``num_layers`` blocks, final LayerNorm. Returns (h, mask)."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        max_len: int,
+        num_layers: int,
+        dim: int,
+        qkv_dim: int | None,
+        num_heads: int,
+        mlp_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        positions: str,
+        cls_token: bool,
+        attention: str | Sequence[str],
+        attention_options: Mapping[str, Mapping[str, Any]] | None = None,
+        rngs: nnx.Rngs,
+    ):
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.schedule = resolve_schedule(attention, num_layers)
+        options = resolve_options(attention_options, self.schedule)
+        self.embedder = Embedder(
+            vocab_size=vocab_size,
+            dim=dim,
+            max_len=max_len,
+            positions=positions,
+            cls_token=cls_token,
+            dropout=dropout,
+            rngs=rngs,
+        )
+        self.blocks = nnx.List(
+            [
+                Block(
+                    attention=name,
+                    attention_options=options[name],
+                    dim=dim,
+                    qkv_dim=dim if qkv_dim is None else qkv_dim,
+                    num_heads=num_heads,
+                    mlp_dim=mlp_dim,
+                    max_len=max_len + int(cls_token),
+                    dropout=dropout,
+                    attention_dropout=attention_dropout,
+                    rngs=rngs,
+                )
+                for name in self.schedule
+            ]
+        )
+        self.final_norm = nnx.LayerNorm(dim, rngs=rngs)
+
+    def __call__(self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None):
+        rngs = _call_rngs(deterministic, rngs, "Encoder")
+        tokens = jnp.asarray(tokens)
+        lengths = jnp.asarray(lengths)
+        if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
+            raise ValueError(
+                f"need tokens int[B, L] and lengths int[B]; got {tokens.shape} and {lengths.shape}"
+            )
+        mask = padding_mask(lengths, tokens.shape[1])
+        kw = {"deterministic": deterministic, "rngs": rngs}
+        x, mask = self.embedder(tokens, mask, **kw)
+        for block in self.blocks:
+            x = block(x, mask=mask, **kw)
+        return self.final_norm(x), mask
+
+
+def pool(h: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
+    """float[B, L, D] -> float[B, D]: 'cls' takes position 0; 'mean' averages real positions.
+
+    The mean sums in float32 and divides by max(count, 1), so an all-padding row gives 0.
+    """
+    if pooling == "cls":
+        return h[:, 0]
+    if pooling == "mean":
+        m = mask.astype(bool)[..., None]
+        total = jnp.sum(jnp.where(m, h, 0), axis=1, dtype=jnp.float32)
+        count = jnp.maximum(jnp.sum(m, axis=1, dtype=jnp.float32), 1.0)
+        return (total / count).astype(h.dtype)
+    raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
+def _encoder(kw: dict[str, Any], pooling: str, rngs: nnx.Rngs) -> Encoder:
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    return Encoder(cls_token=pooling == "cls", rngs=rngs, **kw)
+
+
+class Classifier(nnx.Module):
+    """Single-sequence classifier: tokens int32[B, L], lengths int32[B] -> logits float[B, C]."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        num_classes: int,
+        max_len: int,
+        num_layers: int,
+        dim: int,
+        qkv_dim: int | None,
+        num_heads: int,
+        mlp_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        pooling: str,
+        positions: str,
+        attention: str | Sequence[str],
+        attention_options: Mapping[str, Mapping[str, Any]] | None = None,
+        rngs: nnx.Rngs,
+    ):
+        self.pooling = pooling
+        self.encoder = _encoder(
+            dict(
+                vocab_size=vocab_size,
+                max_len=max_len,
+                num_layers=num_layers,
+                dim=dim,
+                qkv_dim=qkv_dim,
+                num_heads=num_heads,
+                mlp_dim=mlp_dim,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                positions=positions,
+                attention=attention,
+                attention_options=attention_options,
+            ),
+            pooling,
+            rngs,
+        )
+        self.hidden = nnx.Linear(dim, mlp_dim, rngs=rngs)
+        self.logits = nnx.Linear(mlp_dim, num_classes, rngs=rngs)
+
+    def __call__(
+        self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None
+    ) -> jax.Array:
+        rngs = _call_rngs(deterministic, rngs, "Classifier")
+        h, mask = self.encoder(tokens, lengths, deterministic=deterministic, rngs=rngs)
+        u = pool(h, mask, self.pooling)
+        return self.logits(nnx.relu(self.hidden(u)))
+
+
+class DualClassifier(nnx.Module):
+    """Retrieval: one shared encoder for two documents -> logits float[B, C]."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        num_classes: int,
+        max_len: int,
+        num_layers: int,
+        dim: int,
+        qkv_dim: int | None,
+        num_heads: int,
+        mlp_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        pooling: str,
+        positions: str,
+        attention: str | Sequence[str],
+        attention_options: Mapping[str, Mapping[str, Any]] | None = None,
+        rngs: nnx.Rngs,
+    ):
+        self.pooling = pooling
+        self.encoder = _encoder(
+            dict(
+                vocab_size=vocab_size,
+                max_len=max_len,
+                num_layers=num_layers,
+                dim=dim,
+                qkv_dim=qkv_dim,
+                num_heads=num_heads,
+                mlp_dim=mlp_dim,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                positions=positions,
+                attention=attention,
+                attention_options=attention_options,
+            ),
+            pooling,
+            rngs,
+        )
+        if mlp_dim < 2:
+            raise ValueError(
+                f"DualClassifier needs mlp_dim >= 2 (head uses mlp_dim // 2), got {mlp_dim}"
+            )
+        self.hidden1 = nnx.Linear(4 * dim, mlp_dim, rngs=rngs)
+        self.hidden2 = nnx.Linear(mlp_dim, mlp_dim // 2, rngs=rngs)
+        self.logits = nnx.Linear(mlp_dim // 2, num_classes, rngs=rngs)
+
+    def __call__(
+        self,
+        tokens1,
+        lengths1,
+        tokens2,
+        lengths2,
+        *,
+        deterministic: bool = True,
+        rngs: DropoutRngs = None,
+    ) -> jax.Array:
+        rngs = _call_rngs(deterministic, rngs, "DualClassifier")
+        kw = {"deterministic": deterministic, "rngs": rngs}
+        u = pool(*self.encoder(tokens1, lengths1, **kw), self.pooling)
+        v = pool(*self.encoder(tokens2, lengths2, **kw), self.pooling)
+        z = jnp.concatenate([u, v, u * v, u - v], axis=-1)
+        z = nnx.relu(self.hidden1(z))
+        z = nnx.relu(self.hidden2(z))
+        return self.logits(z)
+
+
+def build_classifier(*, dual: bool, **kwargs: Any) -> Classifier | DualClassifier:
+    """``DualClassifier(**kwargs)`` if ``dual`` (Retrieval), else ``Classifier(**kwargs)``."""
+    return (DualClassifier if dual else Classifier)(**kwargs)

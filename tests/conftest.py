@@ -1,0 +1,51 @@
+"""Shared fixtures: composed configs and a small prepared ListOps data folder."""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from lra import measure  # noqa: E402
+
+measure.configure_cpu_memory_analysis()
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from lra.cli import CONFIG_DIR  # noqa: E402
+from lra.data.tasks import prepare_task  # noqa: E402
+
+# A ListOps-tiny data set small enough to generate in a second.
+SMALL_DATA = [
+    "task.generator.num_train=256",
+    "task.generator.num_val=64",
+    "task.generator.num_test=64",
+]
+# A model and loop small enough to train a few steps in seconds.
+SMALL_RUN = [
+    "trainer.num_steps=4",
+    "trainer.batch_size=16",
+    "trainer.eval_every=2",
+    "trainer.log_every=1",
+    "trainer.warmup_steps=2",
+    "trainer.progress=false",
+    "task.arch.num_layers=1",
+    "task.arch.dim=16",
+    "task.arch.qkv_dim=16",
+    "task.arch.mlp_dim=32",
+    "task.arch.num_heads=2",
+]
+
+
+def make_config(*overrides: str):
+    """The composed lra-train config with ``overrides``, as Hydra would build it."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def listops_tiny_dir(tmp_path_factory):
+    """A data_dir holding a small listops_tiny data set."""
+    data_dir = tmp_path_factory.mktemp("data")
+    cfg = make_config("task=listops_tiny", *SMALL_DATA)
+    prepare_task(cfg.task, data_dir, num_workers=1)
+    return data_dir

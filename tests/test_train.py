@@ -1,0 +1,107 @@
+"""train_and_evaluate end to end on a small listops_tiny, called as the CLI would."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import SMALL_DATA, SMALL_RUN, make_config
+
+from lra.errors import ConfigError, DataError
+from lra.results import TRAIN_RECORD_KEYS
+from lra.train import TrainingDiverged, train_and_evaluate
+
+
+def run(data_dir, results_dir, *overrides):
+    cfg = make_config(
+        "task=listops_tiny",
+        f"data_dir={data_dir}",
+        f"results_dir={results_dir}",
+        *SMALL_DATA,
+        *SMALL_RUN,
+        *overrides,
+    )
+    return train_and_evaluate(cfg)
+
+
+def test_a_few_steps_write_a_complete_finite_record(listops_tiny_dir, tmp_path):
+    record = run(listops_tiny_dir, tmp_path)
+    assert set(TRAIN_RECORD_KEYS) <= set(record)
+    on_disk = json.loads(Path(record["record_path"]).read_text())
+    assert on_disk["test_accuracy"] == record["test_accuracy"]
+    for key in (
+        "test_accuracy",
+        "val_accuracy",
+        "train_steps_per_sec",
+        "eval_steps_per_sec",
+        "peak_memory_bytes",
+        "flops_per_step",
+        "num_params",
+        "wall_seconds",
+    ):
+        assert isinstance(record[key], int | float) and math.isfinite(record[key]), key
+        assert record[key] >= 0, key
+    assert 0 <= record["test_accuracy"] <= 1
+    assert record["flops_per_step"] > 0 and record["num_params"] > 1000
+    assert record["memory_source"] == "xla_compiled_memory_analysis"
+    assert record["selection"] == "best_val"
+    assert record["selected_step"] in (2, 4)
+    assert [h["step"] for h in record["history"]] == [1, 2, 3, 4]
+    assert record["config"]["trainer"]["num_steps"] == 4
+    assert record["config"]["data_dir"] == str(listops_tiny_dir)
+
+
+def test_same_seed_same_result_and_last_selection(listops_tiny_dir, tmp_path):
+    first = run(listops_tiny_dir, tmp_path, "seed=3", "trainer.selection=last")
+    second = run(listops_tiny_dir, tmp_path, "seed=3", "trainer.selection=last")
+    assert first["selected_step"] == 4 and first["selection"] == "last"
+    assert first["history"] == second["history"]
+    assert first["test_accuracy"] == second["test_accuracy"]
+    other = run(listops_tiny_dir, tmp_path, "seed=4", "trainer.selection=last")
+    assert other["history"] != first["history"]
+
+
+def test_bf16_precision_trains(listops_tiny_dir, tmp_path):
+    record = run(listops_tiny_dir, tmp_path, "trainer=bf16")
+    assert record["precision"] == "bf16"
+    assert all(math.isfinite(h["train_loss"]) for h in record["history"])
+
+
+def test_diverging_loss_stops_with_the_step(listops_tiny_dir, tmp_path):
+    with pytest.raises(TrainingDiverged, match="at step 2;"):
+        run(
+            listops_tiny_dir,
+            tmp_path / "records",
+            "trainer.learning_rate=1e30",
+            "trainer.schedule=constant",
+            "trainer.warmup_steps=0",
+        )
+    assert list((tmp_path / "records").iterdir()) == []
+
+
+def test_missing_data_names_the_prepare_command(tmp_path):
+    with pytest.raises(DataError) as info:
+        run(tmp_path / "empty", tmp_path / "records")
+    assert f"lra-data task=listops_tiny data_dir={tmp_path / 'empty'}" in str(info.value)
+    assert list((tmp_path / "records").iterdir()) == []
+
+
+def test_unwritable_results_dir_fails_before_training(listops_tiny_dir, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DataError, match="not writable"):
+        run(listops_tiny_dir, blocker / "records")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.selection=best", "trainer.selection"),
+        ("trainer.schedule=linear", "trainer.schedule"),
+        ("trainer.precision=fp8", "trainer.precision"),
+        ("model.attention=nope", "nope"),
+    ],
+)
+def test_bad_config_values_are_named(listops_tiny_dir, tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        run(listops_tiny_dir, tmp_path, override)
