@@ -8,6 +8,7 @@ prints one line, ``error: <what is wrong and what to do>``, and exits with
 status 2.
 """
 
+import logging
 import sys
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def summarize(record: dict) -> str:
             f"{record['model']} on {record['task']} (seed {record['seed']}, {record['device']})",
             f"  test accuracy   {record['test_accuracy']:.4f}  "
             f"(val {record['val_accuracy']:.4f} at step {record['selected_step']}, "
-            f"selection={record['selection']})",
+            f"selection={record['selection']}; majority class {record['test_majority_rate']:.4f})",
             f"  train steps/sec {_rate(record['train_steps_per_sec'])}   "
             f"eval steps/sec {_rate(record['eval_steps_per_sec'])}",
             f"  peak memory     {_mib(record['peak_memory_bytes'])} ({record['memory_source']})",
@@ -54,6 +55,7 @@ def summarize(record: dict) -> str:
 def _train(cfg):
     from lra.train import train_and_evaluate
 
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
     record = train_and_evaluate(cfg)
     print(summarize(record), flush=True)
     return record["test_accuracy"]

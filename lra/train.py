@@ -72,6 +72,11 @@ def evaluate(eval_step, params, split, batch_size: int, max_batches=None, timer=
     }
 
 
+def majority_rate(labels: np.ndarray) -> float:
+    """Accuracy of always predicting the most common label (the floor a model must beat)."""
+    return float(np.bincount(labels).max() / len(labels))
+
+
 def _check_trainer(trainer) -> None:
     if trainer.selection not in SELECTIONS:
         raise ConfigError(
@@ -176,6 +181,7 @@ def train_and_evaluate(cfg) -> dict:
         "seed": int(cfg.seed),
         "test_accuracy": test["accuracy"],
         "test_loss": test["loss"],
+        "test_majority_rate": majority_rate(splits["test"].labels),
         "val_accuracy": val_accuracy,
         "final_val_accuracy": final_val,
         "selection": trainer.selection,

@@ -35,3 +35,55 @@ def test_constant_schedule_and_no_warmup():
 def test_unknown_schedule_names_the_choices():
     with pytest.raises(ConfigError, match="rsqrt, cosine, constant"):
         make_schedule("linear", 0.1, 10, 100)
+
+
+def trainer_cfg(**overrides):
+    from omegaconf import OmegaConf
+
+    base = dict(
+        schedule="constant",
+        learning_rate=0.1,
+        warmup_steps=0,
+        num_steps=10,
+        grad_clip=0.0,
+        b1=0.9,
+        b2=0.98,
+        eps=1e-9,
+        weight_decay=0.0,
+    )
+    base.update(overrides)
+    return OmegaConf.create(base)
+
+
+def two_updates(tx, grads):
+    import jax.numpy as jnp
+
+    params = jnp.zeros(3)
+    state = tx.init(params)
+    _, state = tx.update(grads[0], state, params)
+    update, _ = tx.update(grads[1], state, params)
+    return np.asarray(update)
+
+
+def test_grad_clip_clips_the_global_norm_before_adam():
+    import jax.numpy as jnp
+
+    from lra.optim import make_optimizer
+
+    big, small = jnp.array([60.0, 80.0, 0.0]), jnp.array([0.6, 0.8, 0.0])  # norms 100 and 1
+    clipped = two_updates(make_optimizer(trainer_cfg(grad_clip=1.0)), [big, small])
+    as_if_small = two_updates(make_optimizer(trainer_cfg()), [small, small])
+    unclipped = two_updates(make_optimizer(trainer_cfg()), [big, small])
+    np.testing.assert_allclose(clipped, as_if_small, rtol=1e-5)
+    assert not np.allclose(clipped, unclipped, rtol=1e-3)
+
+
+def test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate():
+    import jax.numpy as jnp
+
+    from lra.optim import make_optimizer
+
+    tx = make_optimizer(trainer_cfg(weight_decay=0.5))
+    params = jnp.array([2.0, -4.0])
+    update, _ = tx.update(jnp.zeros(2), tx.init(params), params)
+    np.testing.assert_allclose(np.asarray(update), -0.1 * 0.5 * np.asarray(params), rtol=1e-6)

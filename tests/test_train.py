@@ -42,6 +42,7 @@ def test_a_few_steps_write_a_complete_finite_record(listops_tiny_dir, tmp_path):
         assert isinstance(record[key], int | float) and math.isfinite(record[key]), key
         assert record[key] >= 0, key
     assert 0 <= record["test_accuracy"] <= 1
+    assert 0 < record["test_majority_rate"] <= 1
     assert record["flops_per_step"] > 0 and record["num_params"] > 1000
     assert record["memory_source"] == "xla_compiled_memory_analysis"
     assert record["selection"] == "best_val"

@@ -329,9 +329,10 @@ def _write_metadata(path: Path, metadata: dict) -> None:
 
 
 def _say(message: str, progress: bool) -> None:
-    logger.info(message)
     if progress:
         print(message, file=sys.stderr, flush=True)
+    else:
+        logger.info(message)
 
 
 def write_listops(
