@@ -13,7 +13,6 @@ import time
 
 import jax
 import numpy as np
-from flax import nnx
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
@@ -21,8 +20,7 @@ from lra import measure, results
 from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import load_task, resolve_data_dir
 from lra.errors import ConfigError, LRAError
-from lra.optim import make_optimizer
-from lra.steps import TrainState, build_model, count_params, make_steps
+from lra.steps import compile_steps
 
 SELECTIONS = ("best_val", "last")
 
@@ -101,21 +99,11 @@ def train_and_evaluate(cfg) -> dict:
     data_dir = resolve_data_dir(cfg.data_dir)
     splits = load_task(cfg.task, data_dir)
 
-    key = jax.random.key(int(cfg.seed))
-    init_key, dropout_key = jax.random.split(key)
-    model = build_model(cfg, nnx.Rngs(params=init_key))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    tx = make_optimizer(trainer)
-    train_step, eval_step = make_steps(graphdef, rest, tx, trainer.precision)
-    num_params = count_params(params)
-    state = TrainState(params, tx.init(params), jax.numpy.zeros((), jax.numpy.int32))
-
     batch_size = int(trainer.batch_size)
     example = next(train_batches(splits["train"], batch_size, int(cfg.seed)))
-    train_compiled = (
-        jax.jit(train_step, donate_argnums=0).lower(state, example, dropout_key).compile()
-    )
-    eval_compiled = jax.jit(eval_step).lower(state.params, example).compile()
+    compiled = compile_steps(cfg, example)
+    state, train_compiled, eval_compiled = compiled.state, compiled.train_step, compiled.eval_step
+    dropout_key = compiled.dropout_key
 
     num_steps = int(trainer.num_steps)
     eval_every, log_every = int(trainer.eval_every), int(trainer.log_every)
@@ -193,7 +181,7 @@ def train_and_evaluate(cfg) -> dict:
         "memory_source": memory_source,
         "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
         "flops_per_step": measure.compiled_flops(train_compiled),
-        "num_params": num_params,
+        "num_params": compiled.num_params,
         "device": device.device_kind,
         "platform": device.platform,
         "device_count": jax.device_count(),

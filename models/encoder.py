@@ -17,8 +17,9 @@ Shapes (B batch, L token length <= max_len, D = dim, C classes):
 Attention per layer: ``attention`` is one registered name (every layer) or a list of
 ``num_layers`` names (a per-layer schedule, lowest layer first). ``attention_options`` maps a
 mechanism name to the keyword options for every layer using that mechanism; a mechanism
-absent from the map gets no extra options. Keys naming no mechanism of the schedule are an
-error (this catches flat option dicts such as ``{"num_features": 256}``).
+absent from the map gets no extra options. Keys naming no registered mechanism are an error
+(this catches flat option dicts such as ``{"num_features": 256}``); options for a registered
+mechanism the schedule does not use at this depth are ignored.
 
 Randomness: ``rngs`` given to a constructor is used for parameter init only. Dropout keys come
 from the ``rngs`` given at call time (an ``nnx.Rngs``, or a JAX key which is wrapped as
@@ -38,6 +39,7 @@ import numpy as np
 from flax import nnx
 
 from models.registry import make_attention
+from models.registry import names as registered_names
 
 __all__ = [
     "MLP",
@@ -232,13 +234,33 @@ class Block(nnx.Module):
         return x
 
 
-def resolve_schedule(attention: str | Sequence[str], num_layers: int) -> tuple[str, ...]:
-    """One mechanism name per layer, lowest first."""
+def resolve_schedule(attention: str | Sequence[str] | Mapping, num_layers: int) -> tuple[str, ...]:
+    """One mechanism name per layer, lowest first.
+
+    ``attention`` is one name (every layer), a list of ``num_layers`` names, or a split
+    ``{"lower": name, "upper": name, "lower_fraction": f}``: the lowest
+    ``int(num_layers * f)`` layers use ``lower`` and the rest ``upper`` (short-range lower
+    layers and global upper layers, Rae and Razavi 2020; TransNormer's Diag-then-Norm layout),
+    so one model config fits tasks of any depth.
+    """
     if isinstance(attention, str):
         return (attention,) * num_layers
+    if isinstance(attention, Mapping):
+        unknown = set(attention) - {"lower", "upper", "lower_fraction"}
+        if unknown or not {"lower", "upper"} <= set(attention):
+            raise ValueError(
+                "a split attention schedule needs keys lower, upper and optionally "
+                f"lower_fraction (default 0.5), got {sorted(attention)}"
+            )
+        fraction = float(attention.get("lower_fraction", 0.5))
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"lower_fraction must be in [0, 1], got {fraction}")
+        num_lower = int(num_layers * fraction)
+        return (attention["lower"],) * num_lower + (attention["upper"],) * (num_layers - num_lower)
     if not isinstance(attention, Sequence) or not all(isinstance(a, str) for a in attention):
         raise ValueError(
-            f"attention must be a mechanism name or a list of names, got {attention!r}"
+            f"attention must be a mechanism name, a list of names or a lower/upper split, "
+            f"got {attention!r}"
         )
     if len(attention) != num_layers:
         raise ValueError(
@@ -258,10 +280,12 @@ def resolve_options(
             f"attention_options must map mechanism name -> options, got {attention_options!r}"
         )
     used = sorted(set(schedule))
-    stray = sorted(set(attention_options) - set(used))
+    # Options for a registered mechanism that this depth's schedule happens not to use are
+    # ignored (a lower/upper split may leave one part empty); any other key is a mistake.
+    stray = sorted(set(attention_options) - set(used) - set(registered_names()))
     if stray:
         raise ValueError(
-            f"attention_options keys {stray} name no mechanism used by this model ({used}); "
+            f"attention_options keys {stray} name no registered mechanism; "
             "attention_options maps a mechanism name to its options, e.g. "
             "{'performer': {'num_features': 256}}"
         )
@@ -291,7 +315,7 @@ class Encoder(nnx.Module):
         attention_dropout: float,
         positions: str,
         cls_token: bool,
-        attention: str | Sequence[str],
+        attention: str | Sequence[str] | Mapping[str, Any],
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
         rngs: nnx.Rngs,
     ):
@@ -382,7 +406,7 @@ class Classifier(nnx.Module):
         attention_dropout: float,
         pooling: str,
         positions: str,
-        attention: str | Sequence[str],
+        attention: str | Sequence[str] | Mapping[str, Any],
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
         rngs: nnx.Rngs,
     ):
@@ -435,7 +459,7 @@ class DualClassifier(nnx.Module):
         attention_dropout: float,
         pooling: str,
         positions: str,
-        attention: str | Sequence[str],
+        attention: str | Sequence[str] | Mapping[str, Any],
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
         rngs: nnx.Rngs,
     ):

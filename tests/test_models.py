@@ -260,3 +260,17 @@ def test_bfloat16_forward(pooling):
     if pooling == "cls":  # one dropout compile is enough
         logits = fwd(model, tokens, lengths, deterministic=False, rngs=drop_rngs(0))
         assert logits.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize(
+    "num_layers, expected_lower",
+    [(1, 0), (2, 1), (4, 2), (6, 3)],
+)
+def test_lower_upper_split_schedule_fits_any_depth(num_layers, expected_lower):
+    from models.encoder import resolve_schedule
+
+    split = {"lower": "local", "upper": "softmax", "lower_fraction": 0.5}
+    schedule = resolve_schedule(split, num_layers)
+    assert schedule == ("local",) * expected_lower + ("softmax",) * (num_layers - expected_lower)
+    with pytest.raises(ValueError, match="lower, upper"):
+        resolve_schedule({"lower": "local"}, num_layers)

@@ -183,3 +183,28 @@ def test_bad_option_is_named():
         )
     assert "window_size" in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_fused_implementation_matches_the_plain_reference():
+    plain = _attn()
+    fused = models.make_attention(
+        "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="fused"
+    )
+    x, mask = _inputs()
+    real = np.asarray(mask)
+    np.testing.assert_allclose(
+        np.asarray(fused(x, mask=mask))[real], np.asarray(plain(x, mask=mask))[real], atol=1e-5
+    )
+
+
+def test_fused_implementation_refuses_attention_dropout():
+    with pytest.raises(ValueError, match="attention_dropout=0"):
+        models.make_attention(
+            "softmax",
+            dim=D,
+            num_heads=H,
+            max_len=L,
+            rngs=nnx.Rngs(0),
+            dropout_rate=0.1,
+            implementation="fused",
+        )

@@ -4,6 +4,17 @@ Each module registers its class with ``models.registry.register(name)``; add a n
 mechanism by writing its module and importing it here.
 """
 
-from models.attention import softmax  # noqa: F401  (registers "softmax")
-
-__all__ = ["softmax"]
+from models.attention import (  # noqa: F401  (importing registers each mechanism)
+    cosformer,
+    flash,
+    linear,
+    linformer,
+    local,
+    long_short,
+    nystromformer,
+    performer,
+    reformer,
+    softmax,
+    synthesizer,
+    transnormer,
+)

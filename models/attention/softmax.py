@@ -10,6 +10,11 @@ Shapes (B batch, L length, D model dim, H heads, E = qkv_dim, d_h = E / H):
     weights:  float[B, H, L, L]     softmax over the key axis, then dropout
     out:      float[B, L, D]        from Dense E -> D
 
+``implementation="plain"`` (default) is the formula above written out and is the reference;
+``implementation="fused"`` calls ``jax.nn.dot_product_attention`` (cuDNN flash attention on
+GPUs that support it, XLA elsewhere). The fused call has no attention-weight dropout, so it
+requires ``dropout_rate=0`` (set ``task.arch.attention_dropout=0``).
+
 Masked keys get the most negative finite value of the activation dtype instead of
 ``-inf``, so a row whose keys are all padding gives uniform weights, not NaN. Everything is
 computed in the dtype of ``x`` and the parameters (bfloat16 works when both are bfloat16).
@@ -41,6 +46,7 @@ class SoftmaxAttention(nnx.Module):
         rngs: nnx.Rngs,
         qkv_dim: int | None = None,
         dropout_rate: float = 0.0,
+        implementation: str = "plain",
     ):
         qkv_dim = dim if qkv_dim is None else qkv_dim
         if num_heads < 1 or qkv_dim % num_heads:
@@ -52,6 +58,17 @@ class SoftmaxAttention(nnx.Module):
             raise ValueError(
                 f"softmax attention: dropout_rate must be in [0, 1), got {dropout_rate}"
             )
+        if implementation not in ("plain", "fused"):
+            raise ValueError(
+                f"softmax attention: implementation must be 'plain' or 'fused', "
+                f"got {implementation!r}"
+            )
+        if implementation == "fused" and dropout_rate:
+            raise ValueError(
+                "softmax attention: implementation='fused' has no attention dropout; "
+                "set task.arch.attention_dropout=0 or use implementation='plain'"
+            )
+        self.implementation = implementation
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = qkv_dim // num_heads
@@ -85,6 +102,9 @@ class SoftmaxAttention(nnx.Module):
         q = self._heads(self.query(x))
         k = self._heads(self.key(x))
         v = self._heads(self.value(x))
+        if self.implementation == "fused":
+            y = jax.nn.dot_product_attention(q, k, v, mask=mask.astype(bool)[:, None, None, :])
+            return self.out(y.reshape(b, n, self.num_heads * self.head_dim))
         dtype = q.dtype
         q = q * jnp.asarray(self.head_dim**-0.5, dtype)
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k)

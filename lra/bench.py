@@ -1,0 +1,108 @@
+"""Speed and memory of one model at one sequence length, on synthetic inputs.
+
+No data is needed: inputs are random tokens of the task's vocabulary at the
+full length (every position real), so every model does the same work. The
+measurement is the one the training loop uses (:mod:`lra.measure`): steps are
+compiled ahead of time, warm-up steps are not timed, and each timed window
+ends with the device work awaited. Speed is the median over windows, reported
+with the per-window values.
+"""
+
+import statistics
+import time
+
+import jax
+import numpy as np
+from omegaconf import OmegaConf
+
+from lra import measure
+from lra.steps import compile_steps
+
+
+def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> dict:
+    """A full-length batch of random tokens in the shape of ``task_cfg``'s inputs."""
+    rng = np.random.default_rng(seed)
+    num_inputs = 2 if task_cfg.get("dual", False) else 1
+    tokens = tuple(
+        rng.integers(1, task_cfg.vocab_size, size=(batch_size, length)).astype(np.int32)
+        for _ in range(num_inputs)
+    )
+    return {
+        "tokens": tokens,
+        "lengths": tuple(np.full(batch_size, length, np.int32) for _ in range(num_inputs)),
+        "labels": rng.integers(0, task_cfg.num_classes, size=batch_size).astype(np.int32),
+        "weights": np.ones(batch_size, np.float32),
+    }
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for XLA's allocation failures (RESOURCE_EXHAUSTED / out of memory)."""
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+
+
+def _timed_windows(run_steps, windows: int, steps_per_window: int) -> list[float]:
+    rates = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        jax.block_until_ready(run_steps(steps_per_window))
+        rates.append(steps_per_window / (time.perf_counter() - start))
+    return rates
+
+
+def measure_length(
+    cfg,
+    length: int,
+    batch_size: int,
+    *,
+    warmup_steps: int = 2,
+    windows: int = 3,
+    steps_per_window: int = 5,
+    time_steps: bool = True,
+) -> dict:
+    """Compile the train and eval steps of ``cfg`` at ``length`` and measure them.
+
+    Returns ``status`` ("ok" or "oom"), ``num_params``, ``flops_per_step``,
+    ``compiled_memory_bytes``, ``peak_memory_bytes`` with ``memory_source``, and
+    (when ``time_steps``) the median train and eval steps/sec with their windows.
+    """
+    cfg = OmegaConf.merge(cfg, {"task": {"max_length": int(length)}})
+    batch = jax.device_put(synthetic_batch(cfg.task, batch_size, length))
+    out = {"length": int(length), "batch_size": int(batch_size), "status": "ok"}
+    try:
+        compiled = compile_steps(cfg, batch)
+        out.update(
+            num_params=compiled.num_params,
+            flops_per_step=measure.compiled_flops(compiled.train_step),
+            compiled_memory_bytes=measure.compiled_memory_bytes(compiled.train_step),
+        )
+        if time_steps:
+            state = compiled.state
+
+            def train(n):
+                nonlocal state
+                for _ in range(n):
+                    state, metrics = compiled.train_step(state, batch, compiled.dropout_key)
+                return state
+
+            train(warmup_steps)
+            train_rates = _timed_windows(train, windows, steps_per_window)
+
+            def infer(n):
+                return [compiled.eval_step(state.params, batch) for _ in range(n)]
+
+            infer(warmup_steps)
+            eval_rates = _timed_windows(infer, windows, steps_per_window)
+            out.update(
+                train_steps_per_sec=statistics.median(train_rates),
+                train_steps_per_sec_windows=train_rates,
+                eval_steps_per_sec=statistics.median(eval_rates),
+                eval_steps_per_sec_windows=eval_rates,
+            )
+        memory, source = measure.peak_memory(compiled.train_step)
+        out.update(peak_memory_bytes=memory, memory_source=source)
+    except Exception as err:  # XLA raises its own runtime error types
+        if not is_out_of_memory(err):
+            raise
+        out.update(status="oom", error=str(err).splitlines()[0][:300])
+    return out

@@ -1,0 +1,264 @@
+"""Gated attention units: FLASH-Quad and FLASH (mixed chunk attention).
+
+Hua, Dai, Liu, Le, "Transformer Quality in Linear Time", ICML 2022.
+
+A gated attention unit (GAU) is a whole layer (attention + channel mixing), so both classes
+set ``replaces_mlp = True`` and the encoder block has no separate MLP. Shapes (B batch,
+L length, D = dim, e = expansion_factor * D, s = shared_dim, g = chunk_size, C = L / g):
+
+    U, V  = SiLU(x W_u), SiLU(x W_v)                 float[B, L, e]
+    Z     = SiLU(x W_z)                              float[B, L, s]   shared by Q and K
+    Q_p   = Z * gamma_p + beta_p                     float[B, L, s]   per-"head" offset/scale
+    out   = (U * Vhat) W_o                           float[B, L, D]
+
+flash_quad (quadratic over the whole sequence)::
+
+    A    = relu(Q K^T / n + b[j - i])^2 * key_mask   float[B, L, L]
+    Vhat = A V
+
+flash (mixed chunk attention, non-causal form; the sequence is cut into chunks of g)::
+
+    A_c  = relu(Qq_c Kq_c^T / g + b[j - i])^2 * key_mask   float[B, C, g, g]  inside chunk c
+    Vhat_c = A_c V_c  +  Ql_c (sum over all chunks h of Kl_h^T V_h) / n
+
+with four offset/scales of Z (quadratic Q, K; linear Q, K). The linear part has no
+feature map: the paper's linear attention is the plain product of the offset/scaled Z.
+
+Scaling: ``n`` is the number of REAL tokens in the row (at least 1), so appending padding
+changes nothing. The paper's GAU pseudo-code divides by the sequence length (the padded
+length when a batch is padded); a public fairseq FLASH port (after JunnYu/FLASHQuad_pytorch)
+divides both the quadratic part and the linear sum by the chunk size.
+Here the quadratic part of flash uses 1/g (g = chunk_size, a constant) and its linear part
+1/n (a mean over real tokens, which stays O(1) at any length instead of growing with L / g).
+
+Relative position bias ``b``: one learned scalar per offset j - i (a Toeplitz matrix), as
+the authors build it for sequences up to 512; offsets are clipped to +-(span - 1) with span
+= max_len (flash_quad) or min(chunk_size, max_len) (flash: offsets never leave a chunk).
+The paper's code builds the Toeplitz matrix from RoPE above 512 tokens, and that fairseq
+port also applies RoPE to Q and K; neither is done here (the encoder adds positions).
+
+Options and defaults (from the paper): expansion_factor = 2 (e = 2D), shared_dim = s = 128,
+chunk_size = 256 (the paper's group size, flash only). ``num_heads`` and ``qkv_dim`` are
+accepted for the common interface but unused: the GAU is single-head with a shared Z of
+size s. ``dropout_rate`` drops entries of A (the quadratic weights) in training. Init as in
+the public ports: gamma and the bias table ~ N(0, 0.02), beta = 0, Dense layers as nnx.Linear.
+
+Padding: padded KEYS contribute nothing: A is multiplied by the key mask after the relu^2,
+and the linear keys Kl are multiplied by the mask after the offset/scale (beta makes them
+non-zero even for a zero Z). Appending padding leaves outputs at real positions unchanged:
+chunks start at position 0, the 1/g and 1/n scales and the bias do not depend on L. Outputs
+at padded positions are not meaningful.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.registry import register
+
+__all__ = ["FlashAttention", "FlashQuadAttention", "RelativePositionBias"]
+
+
+class RelativePositionBias(nnx.Module):
+    """A learned scalar per relative offset j - i, offsets clipped to +-(span - 1)."""
+
+    def __init__(self, span: int, *, rngs: nnx.Rngs):
+        self.span = span
+        init = nnx.initializers.normal(0.02)
+        self.table = nnx.Param(init(rngs.params(), (2 * span - 1,), jnp.float32))
+
+    def __call__(self, length: int, dtype) -> jax.Array:
+        """float[length, length] with entry [i, j] = b[j - i]."""
+        pos = jnp.arange(length)
+        offset = jnp.clip(pos[None, :] - pos[:, None], -(self.span - 1), self.span - 1)
+        return self.table[...].astype(dtype)[offset + self.span - 1]
+
+
+class _GatedAttentionUnit(nnx.Module):
+    """Projections shared by flash_quad and flash: U, V, and offset/scales of Z."""
+
+    replaces_mlp = True
+    kind = "gau"
+
+    def _setup(
+        self,
+        *,
+        dim: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+        dropout_rate: float,
+        expansion_factor: float,
+        shared_dim: int,
+        num_offsets: int,
+        bias_span: int,
+    ) -> None:
+        if dim < 1 or max_len < 1:
+            raise ValueError(f"{self.kind}: need dim >= 1 and max_len >= 1, got {dim}, {max_len}")
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(f"{self.kind}: dropout_rate must be in [0, 1), got {dropout_rate}")
+        if expansion_factor <= 0 or int(expansion_factor * dim) < 1:
+            raise ValueError(
+                f"{self.kind}: expansion_factor must be > 0 with expansion_factor * dim >= 1, "
+                f"got {expansion_factor} (dim={dim})"
+            )
+        if shared_dim < 1:
+            raise ValueError(f"{self.kind}: shared_dim must be >= 1, got {shared_dim}")
+        self.dim = dim
+        self.max_len = max_len
+        self.expanded_dim = int(expansion_factor * dim)
+        self.shared_dim = shared_dim
+        self.hidden = nnx.Linear(dim, 2 * self.expanded_dim, rngs=rngs)
+        self.shared = nnx.Linear(dim, shared_dim, rngs=rngs)
+        init = nnx.initializers.normal(0.02)
+        self.gamma = nnx.Param(init(rngs.params(), (num_offsets, shared_dim), jnp.float32))
+        self.beta = nnx.Param(jnp.zeros((num_offsets, shared_dim), jnp.float32))
+        self.rel_bias = RelativePositionBias(min(bias_span, max_len), rngs=rngs)
+        self.out = nnx.Linear(self.expanded_dim, dim, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout_rate)
+
+    def _check_call(self, x: jax.Array, mask: jax.Array, deterministic: bool, rngs) -> None:
+        if not deterministic and rngs is None:
+            raise ValueError(
+                f"{self.kind}: deterministic=False needs rngs (an nnx.Rngs with a 'dropout' "
+                "stream) for attention dropout"
+            )
+        if mask.shape != x.shape[:2]:
+            raise ValueError(f"{self.kind}: mask shape {mask.shape} != (B, L) = {x.shape[:2]}")
+
+    def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+        """U, V float[B, L, e] and the offset/scaled copies of Z, each float[B, L, s]."""
+        u, v = jnp.split(nnx.silu(self.hidden(x)), 2, axis=-1)
+        z = nnx.silu(self.shared(x))
+        dtype = z.dtype
+        parts = z[..., None, :] * self.gamma[...].astype(dtype) + self.beta[...].astype(dtype)
+        return u, v, [parts[..., i, :] for i in range(parts.shape[-2])]
+
+    @staticmethod
+    def _real_count(mask: jax.Array, dtype) -> jax.Array:
+        """float[B]: number of real tokens per row, at least 1."""
+        return jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(dtype)
+
+
+@register("flash_quad")
+class FlashQuadAttention(_GatedAttentionUnit):
+    """GAU with quadratic relu^2 attention over the whole sequence."""
+
+    kind = "flash_quad"
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+        qkv_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        expansion_factor: float = 2.0,
+        shared_dim: int = 128,
+    ):
+        del num_heads, qkv_dim  # single-head GAU; sizes come from expansion_factor, shared_dim
+        self._setup(
+            dim=dim,
+            max_len=max_len,
+            rngs=rngs,
+            dropout_rate=dropout_rate,
+            expansion_factor=expansion_factor,
+            shared_dim=shared_dim,
+            num_offsets=2,
+            bias_span=max_len,
+        )
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        mask: jax.Array,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        self._check_call(x, mask, deterministic, rngs)
+        n = x.shape[1]
+        mask = mask.astype(bool)
+        u, v, (q, k) = self._project(x)
+        dtype = q.dtype
+        count = self._real_count(mask, dtype)[:, None, None]
+        logits = jnp.einsum("bis,bjs->bij", q, k) / count + self.rel_bias(n, dtype)
+        weights = jnp.square(nnx.relu(logits)) * mask[:, None, :].astype(dtype)
+        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
+        return self.out(u * jnp.einsum("bij,bje->bie", weights, v))
+
+
+@register("flash")
+class FlashAttention(_GatedAttentionUnit):
+    """GAU with mixed chunk attention: relu^2 inside chunks + global linear across chunks."""
+
+    kind = "flash"
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+        qkv_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        expansion_factor: float = 2.0,
+        shared_dim: int = 128,
+        chunk_size: int = 256,
+    ):
+        del num_heads, qkv_dim  # single-head GAU; sizes come from expansion_factor, shared_dim
+        if chunk_size < 1:
+            raise ValueError(f"flash: chunk_size must be >= 1, got {chunk_size}")
+        self.chunk_size = chunk_size
+        self._setup(
+            dim=dim,
+            max_len=max_len,
+            rngs=rngs,
+            dropout_rate=dropout_rate,
+            expansion_factor=expansion_factor,
+            shared_dim=shared_dim,
+            num_offsets=4,
+            bias_span=chunk_size,
+        )
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        mask: jax.Array,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        self._check_call(x, mask, deterministic, rngs)
+        b, n, _ = x.shape
+        mask = mask.astype(bool)
+        u, v, (quad_q, quad_k, lin_q, lin_k) = self._project(x)
+        dtype = quad_q.dtype
+        key_mask = mask[..., None].astype(dtype)
+
+        # Global linear part: one [s, e] summary of all real tokens, shared by every chunk.
+        lin_kv = jnp.einsum("bns,bne->bse", lin_k * key_mask, v)
+        lin_kv = lin_kv / self._real_count(mask, dtype)[:, None, None]
+        linear = jnp.einsum("bns,bse->bne", lin_q, lin_kv)
+
+        # Local quadratic part. A sequence shorter than one chunk is one chunk of its own
+        # length: the same result as padding it (padded keys are masked), for less work.
+        g = min(self.chunk_size, n)
+        pad = -n % g
+        chunks = (n + pad) // g
+
+        def chunked(y: jax.Array) -> jax.Array:
+            y = jnp.pad(y, [(0, 0), (0, pad)] + [(0, 0)] * (y.ndim - 2))
+            return y.reshape(b, chunks, g, *y.shape[2:])
+
+        qq, qk, vc, mc = chunked(quad_q), chunked(quad_k), chunked(v), chunked(mask)
+        scale = jnp.asarray(1.0 / self.chunk_size, dtype)
+        logits = jnp.einsum("bcis,bcjs->bcij", qq, qk) * scale + self.rel_bias(g, dtype)
+        weights = jnp.square(nnx.relu(logits)) * mc[:, :, None, :].astype(dtype)
+        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
+        quadratic = jnp.einsum("bcij,bcje->bcie", weights, vc).reshape(b, chunks * g, -1)[:, :n]
+        return self.out(u * (quadratic + linear))

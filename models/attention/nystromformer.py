@@ -1,0 +1,216 @@
+"""Nystromformer attention: Xiong, Zeng, Chakraborty, Tan, Fung, Li and Singh, AAAI 2021,
+"Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention".
+
+Softmax attention approximated through m landmarks (segment means of the queries and keys):
+
+    Q~, K~ = segment means of Q, K                                      float[B, H, m, d_h]
+    K1 = softmax(Q K~^T / sqrt(d_h))      over landmarks                float[B, H, L, m]
+    K2 = softmax(Q~ K~^T / sqrt(d_h))     over landmarks                float[B, H, m, m]
+    K3 = softmax(Q~ K^T / sqrt(d_h))      over the (real) keys          float[B, H, m, L]
+    out = concat_h( K1 (pinv(K2) (K3 V)) + conv(V) ) W_o
+
+pinv is the iterative Moore-Penrose inverse of the paper (Razavi et al., 2014):
+
+    Z0 = K2^T / (||K2||_1 ||K2||_inf)        (max column sum times max row sum)
+    Z <- Z (13 I - K2 Z (15 I - K2 Z (7 I - K2 Z))) / 4          ``pinv_iterations`` times
+
+and conv is a depthwise convolution along the sequence of the (masked) values: one kernel of
+``conv_kernel`` taps per head, shared by the d_h channels of that head, zero "same" padding,
+no bias (the authors' Conv2d(H, H, (k, 1), groups=H)). Products are taken right to left, so
+memory is O(L * m).
+
+Shapes: x float[B, L, D]; mask bool[B, L] (True = real token); Q, K, V float[B, L, H, d_h]
+from Dense D -> E (E = qkv_dim, d_h = E / H); out float[B, L, D].
+
+Segments: position t (0-based) belongs to segment floor(t * m / L), for the padded length L
+of the batch. When m divides L these are the authors' equal contiguous segments of L / m
+tokens; otherwise their sizes differ by at most one; when m > L some segments are empty.
+
+Options and their sources (the authors' LRA code, mlpen/Nystromformer LRA/code, whose
+"nystrom-64" entry is the usual LRA Nystromformer): ``num_landmarks=64``, ``conv_kernel=35``
+(0 or None disables the convolution; must be odd), ``pinv_iterations=6`` (the paper).
+
+Padding: each landmark is the mean over the REAL tokens of its segment (padded Q, K rows
+never enter); a segment with no real token gives an empty landmark, which is excluded from
+the softmaxes over landmarks (K1, K2's columns) and whose K2 row is zeroed, so pinv acts on the
+real-landmark block only (the Newton iteration preserves that zero pattern). K3 excludes
+padded keys; V is zeroed at padded positions before K3 V and before the convolution. So
+changing values at padded positions leaves real outputs unchanged. Appending padding does
+change them: the segments are computed over the padded length, so landmarks regroup.
+
+Attention dropout (``dropout_rate``) is applied to K3, the weights over the keys: with m = L
+landmarks K1 pinv(K2) = I and this is exactly softmax attention's dropout. (The authors'
+Nystromformer has no attention dropout.)
+
+Deviations from the authors' code, on purpose: landmark means over real tokens only (theirs
+average zeroed padded rows in), empty landmarks masked, lengths not divisible by m allowed,
+and Z0 scaled per (batch, head) matrix as the paper writes it (their default takes one max
+over the whole batch, coupling examples). The m x m pseudo-inverse is computed in float32
+whatever the compute dtype: the Newton iteration amplifies bfloat16 rounding, and m x m is
+small.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.registry import register
+
+__all__ = ["NystromAttention", "iterative_pinv"]
+
+
+def iterative_pinv(a: jax.Array, iterations: int) -> jax.Array:
+    """Approximate Moore-Penrose inverse of float[..., m, m] by the paper's iteration."""
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    max_col_sum = jnp.max(jnp.sum(jnp.abs(a), axis=-2), axis=-1)
+    max_row_sum = jnp.max(jnp.sum(jnp.abs(a), axis=-1), axis=-1)
+    scale = 1.0 / jnp.maximum(max_col_sum * max_row_sum, jnp.finfo(a.dtype).tiny)
+    z = jnp.swapaxes(a, -1, -2) * scale[..., None, None]
+    for _ in range(iterations):
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
+
+
+@register("nystromformer")
+class NystromAttention(nnx.Module):
+    """Multi-head Nystrom-approximated softmax attention with a depthwise conv skip on V."""
+
+    replaces_mlp = False
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+        qkv_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        num_landmarks: int = 64,
+        conv_kernel: int | None = 35,
+        pinv_iterations: int = 6,
+    ):
+        qkv_dim = dim if qkv_dim is None else qkv_dim
+        if num_heads < 1 or qkv_dim % num_heads:
+            raise ValueError(
+                f"nystromformer attention: qkv_dim={qkv_dim} must be divisible by "
+                f"num_heads={num_heads}; change one of them"
+            )
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(
+                f"nystromformer attention: dropout_rate must be in [0, 1), got {dropout_rate}"
+            )
+        conv_kernel = 0 if conv_kernel is None else conv_kernel
+        for name, value, minimum in (
+            ("num_landmarks", num_landmarks, 1),
+            ("conv_kernel", conv_kernel, 0),
+            ("pinv_iterations", pinv_iterations, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(
+                    f"nystromformer attention: {name} must be an integer >= {minimum}, "
+                    f"got {value!r}"
+                )
+        if conv_kernel and conv_kernel % 2 == 0:
+            raise ValueError(
+                "nystromformer attention: conv_kernel must be odd (a same-length output) or "
+                f"0/None to disable the convolution, got {conv_kernel}"
+            )
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = qkv_dim // num_heads
+        self.max_len = max_len
+        self.num_landmarks = num_landmarks
+        self.pinv_iterations = pinv_iterations
+        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
+        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
+        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
+        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
+        if conv_kernel:
+            # PyTorch's Conv2d default init, as in the authors' code: U(+-1/sqrt(fan_in)).
+            bound = conv_kernel**-0.5
+            self.conv = nnx.Param(
+                jax.random.uniform(
+                    rngs.params(), (num_heads, conv_kernel), jnp.float32, -bound, bound
+                )
+            )
+        else:
+            self.conv = None
+        self.dropout = nnx.Dropout(dropout_rate)
+
+    def _heads(self, y: jax.Array) -> jax.Array:
+        b, n, _ = y.shape
+        return y.reshape(b, n, self.num_heads, self.head_dim)
+
+    def _conv_skip(self, v: jax.Array) -> jax.Array:
+        """Depthwise conv along the sequence, one kernel per head: [B, L, H, d] -> same."""
+        taps = self.conv[...].astype(v.dtype)
+        width = taps.shape[-1]
+        y = jax.lax.conv_general_dilated(
+            v.transpose(0, 2, 1, 3),  # [B, H, L, d]: H channels, spatial (L, d)
+            taps[:, None, :, None],  # [H, 1, width, 1]
+            window_strides=(1, 1),
+            padding=[(width // 2, width // 2), (0, 0)],
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
+            feature_group_count=self.num_heads,
+        )
+        return y.transpose(0, 2, 1, 3)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        mask: jax.Array,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        if not deterministic and rngs is None:
+            raise ValueError(
+                "nystromformer attention: deterministic=False needs rngs (an nnx.Rngs with a "
+                "'dropout' stream) for attention dropout"
+            )
+        b, n, _ = x.shape
+        if mask.shape != (b, n):
+            raise ValueError(
+                f"nystromformer attention: mask shape {mask.shape} != (B, L) = {(b, n)}"
+            )
+        mask = mask.astype(bool)
+        q = self._heads(self.query(x))
+        k = self._heads(self.key(x))
+        v = self._heads(self.value(x))
+        dtype = q.dtype
+        # d_h^-1/4 on each side gives the 1/sqrt(d_h) of every logit, landmarks included.
+        q = q * jnp.asarray(self.head_dim**-0.25, dtype)
+        k = k * jnp.asarray(self.head_dim**-0.25, dtype)
+        v = v * mask.astype(dtype)[:, :, None, None]
+        neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
+
+        m = self.num_landmarks
+        segment = np.arange(n) * m // n
+        members = jnp.asarray(segment[:, None] == np.arange(m)[None, :]) & mask[:, :, None]
+        count = jnp.sum(members, axis=1)  # [B, m] real tokens per segment
+        average = members.astype(dtype) / jnp.maximum(count, 1).astype(dtype)[:, None, :]
+        q_landmarks = jnp.einsum("blm,blhd->bhmd", average, q)
+        k_landmarks = jnp.einsum("blm,blhd->bhmd", average, k)
+        landmark_real = (count > 0)[:, None, None, :]  # [B, 1, 1, m]
+
+        kernel_1 = jnp.einsum("blhd,bhmd->bhlm", q, k_landmarks)
+        kernel_1 = jax.nn.softmax(jnp.where(landmark_real, kernel_1, neg), axis=-1)
+        kernel_2 = jnp.einsum("bhmd,bhpd->bhmp", q_landmarks, k_landmarks)
+        kernel_2 = jax.nn.softmax(jnp.where(landmark_real, kernel_2, neg), axis=-1)
+        kernel_2 = kernel_2 * jnp.swapaxes(landmark_real, -1, -2).astype(dtype)
+        kernel_3 = jnp.einsum("bhmd,blhd->bhml", q_landmarks, k)
+        kernel_3 = jax.nn.softmax(jnp.where(mask[:, None, None, :], kernel_3, neg), axis=-1)
+        kernel_3 = self.dropout(kernel_3, deterministic=deterministic, rngs=rngs)
+
+        inverse = iterative_pinv(kernel_2.astype(jnp.float32), self.pinv_iterations)
+        summary = jnp.einsum("bhml,blhd->bhmd", kernel_3, v)  # [B, H, m, d]
+        summary = (inverse @ summary.astype(jnp.float32)).astype(dtype)
+        y = jnp.einsum("bhlm,bhmd->blhd", kernel_1, summary)
+        if self.conv is not None:
+            y = y + self._conv_skip(v)
+        return self.out(y.reshape(b, n, self.num_heads * self.head_dim))
