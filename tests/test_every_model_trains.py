@@ -55,3 +55,23 @@ def test_every_model_trains_in_one_multirun(listops_tiny_dir, tmp_path):
     for name, record in found.items():
         assert all(math.isfinite(h["train_loss"]) for h in record["history"]), name
         assert math.isfinite(record["test_accuracy"]), name
+
+
+def test_any_mechanisms_combine_by_configuration_alone():
+    import jax
+    from conftest import make_config
+    from flax import nnx
+
+    from lra.steps import build_model
+
+    cfg = make_config(
+        "model=transformer",
+        "model.attention={lower:local,upper:performer}",
+        "task.arch.num_layers=4",
+        "task.arch.dim=16",
+        "task.arch.qkv_dim=16",
+        "task.arch.mlp_dim=16",
+    )
+    model = build_model(cfg, nnx.Rngs(params=jax.random.key(0)))
+    kinds = [type(block.attention).__name__ for block in model.encoder.blocks]
+    assert kinds == ["LocalAttention"] * 2 + ["PerformerAttention"] * 2
