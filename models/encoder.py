@@ -391,44 +391,13 @@ def _encoder(kw: dict[str, Any], pooling: str, rngs: nnx.Rngs) -> Encoder:
 class Classifier(nnx.Module):
     """Single-sequence classifier: tokens int32[B, L], lengths int32[B] -> logits float[B, C]."""
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        num_classes: int,
-        max_len: int,
-        num_layers: int,
-        dim: int,
-        qkv_dim: int | None,
-        num_heads: int,
-        mlp_dim: int,
-        dropout: float,
-        attention_dropout: float,
-        pooling: str,
-        positions: str,
-        attention: str | Sequence[str] | Mapping[str, Any],
-        attention_options: Mapping[str, Mapping[str, Any]] | None = None,
-        rngs: nnx.Rngs,
-    ):
+    def __init__(self, *, num_classes: int, pooling: str, rngs: nnx.Rngs, **encoder_kwargs):
+        """``encoder_kwargs`` are :class:`Encoder`'s (vocab_size, max_len, num_layers, dim,
+        qkv_dim, num_heads, mlp_dim, dropout, attention_dropout, positions, attention,
+        attention_options); the head is Dense(mlp_dim), ReLU, Dense(num_classes)."""
         self.pooling = pooling
-        self.encoder = _encoder(
-            dict(
-                vocab_size=vocab_size,
-                max_len=max_len,
-                num_layers=num_layers,
-                dim=dim,
-                qkv_dim=qkv_dim,
-                num_heads=num_heads,
-                mlp_dim=mlp_dim,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                positions=positions,
-                attention=attention,
-                attention_options=attention_options,
-            ),
-            pooling,
-            rngs,
-        )
+        self.encoder = _encoder(encoder_kwargs, pooling, rngs)
+        dim, mlp_dim = encoder_kwargs["dim"], encoder_kwargs["mlp_dim"]
         self.hidden = nnx.Linear(dim, mlp_dim, rngs=rngs)
         self.logits = nnx.Linear(mlp_dim, num_classes, rngs=rngs)
 
@@ -444,44 +413,12 @@ class Classifier(nnx.Module):
 class DualClassifier(nnx.Module):
     """Retrieval: one shared encoder for two documents -> logits float[B, C]."""
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        num_classes: int,
-        max_len: int,
-        num_layers: int,
-        dim: int,
-        qkv_dim: int | None,
-        num_heads: int,
-        mlp_dim: int,
-        dropout: float,
-        attention_dropout: float,
-        pooling: str,
-        positions: str,
-        attention: str | Sequence[str] | Mapping[str, Any],
-        attention_options: Mapping[str, Mapping[str, Any]] | None = None,
-        rngs: nnx.Rngs,
-    ):
+    def __init__(self, *, num_classes: int, pooling: str, rngs: nnx.Rngs, **encoder_kwargs):
+        """``encoder_kwargs`` as for :class:`Classifier`; the head is [u, v, u*v, u-v] ->
+        Dense(mlp_dim) ReLU -> Dense(mlp_dim // 2) ReLU -> Dense(num_classes)."""
         self.pooling = pooling
-        self.encoder = _encoder(
-            dict(
-                vocab_size=vocab_size,
-                max_len=max_len,
-                num_layers=num_layers,
-                dim=dim,
-                qkv_dim=qkv_dim,
-                num_heads=num_heads,
-                mlp_dim=mlp_dim,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                positions=positions,
-                attention=attention,
-                attention_options=attention_options,
-            ),
-            pooling,
-            rngs,
-        )
+        self.encoder = _encoder(encoder_kwargs, pooling, rngs)
+        dim, mlp_dim = encoder_kwargs["dim"], encoder_kwargs["mlp_dim"]
         if mlp_dim < 2:
             raise ValueError(
                 f"DualClassifier needs mlp_dim >= 2 (head uses mlp_dim // 2), got {mlp_dim}"
