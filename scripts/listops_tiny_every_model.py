@@ -1,6 +1,6 @@
 """Train every model for the default job's budget on listops_tiny; tabulate the accuracies.
 
-Runs one Hydra multirun of lra-train over every configs/model/*.yaml on task=listops_tiny
+Prepares listops_tiny (a no-op when it is ready), then runs one Hydra multirun of lra-train over every configs/model/*.yaml on task=listops_tiny
 (the default job's data, model size and 2000 steps), writing records to --records, then
 prints a table: test accuracy (best-validation checkpoint), the majority-class rate, train
 steps/sec and parameter count. These are tiny-task CPU numbers, not LRA scores.
@@ -37,9 +37,10 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra lra-train overrides")
     args = parser.parse_args()
     models = ",".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
-    lra_train = Path(sys.executable).parent / "lra-train"
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "lra-data"), "task=listops_tiny"], check=True)  # no-op if ready
     command = [
-        str(lra_train),
+        str(bin_dir / "lra-train"),
         "-m",
         f"model={models}",
         "task=listops_tiny",
