@@ -1,9 +1,10 @@
 """Train every model for the default job's budget on listops_tiny; tabulate the accuracies.
 
-Prepares listops_tiny (a no-op when it is ready), then runs one Hydra multirun of lra-train over every configs/model/*.yaml on task=listops_tiny
-(the default job's data, model size and 2000 steps), writing records to --records, then
-prints a table: test accuracy (best-validation checkpoint), the majority-class rate, train
-steps/sec and parameter count. These are tiny-task CPU numbers, not LRA scores.
+Prepares listops_tiny (a no-op when it is ready), then runs one Hydra multirun of lra-train
+over every configs/model/*.yaml on task=listops_tiny (the default job's data, model size and
+2000 steps), writing records to --records, then prints a table: test accuracy (best-validation
+checkpoint), the majority-class rate, train steps/sec and parameter count. These are
+tiny-task CPU numbers, not LRA scores.
 
     python scripts/listops_tiny_every_model.py [--records results/cpu-tiny/listops_tiny_models]
 """
