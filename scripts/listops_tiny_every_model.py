@@ -6,7 +6,10 @@ over every configs/model/*.yaml on task=listops_tiny (the default job's data, mo
 checkpoint), the majority-class rate, train steps/sec and parameter count. These are
 tiny-task CPU numbers, not LRA scores.
 
-    python scripts/listops_tiny_every_model.py [--records results/cpu-tiny/listops_tiny_models]
+    python scripts/listops_tiny_every_model.py [--records DIR] [--models a,b,...]
+
+``--models`` runs only the named models (to finish an interrupted sweep); the table is always
+built from every record in ``--records``.
 """
 
 import argparse
@@ -35,9 +38,10 @@ def table(records: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", default="results/cpu-tiny/listops_tiny_models")
+    parser.add_argument("--models", default=None, help="comma-separated model names")
     parser.add_argument("overrides", nargs="*", help="extra lra-train overrides")
     args = parser.parse_args()
-    models = ",".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+    models = args.models or ",".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
     bin_dir = Path(sys.executable).parent
     subprocess.run([str(bin_dir / "lra-data"), "task=listops_tiny"], check=True)  # no-op if ready
     command = [
