@@ -6,16 +6,26 @@ measurement is the one the training loop uses (:mod:`lra.measure`): steps are
 compiled ahead of time, warm-up steps are not timed, and each timed window
 ends with the device work awaited. Speed is the median over windows, reported
 with the per-window values.
+
+:func:`run_benchmark` (the ``lra-bench`` app) measures one model at every length
+of ``cfg.lengths`` and writes one record per length (``kind: "bench"``). With
+``bench.isolate`` each length runs in a fresh process, so the device's peak
+memory statistic (a process-wide high-water mark on GPU) belongs to that length
+alone and an out-of-memory crash cannot take the sweep down.
 """
 
+import concurrent.futures
+import multiprocessing
 import statistics
 import time
+from concurrent.futures.process import BrokenProcessPool
 
 import jax
 import numpy as np
 from omegaconf import OmegaConf
 
-from lra import measure
+from lra import measure, results
+from lra.errors import ConfigError
 from lra.steps import compile_steps
 
 
@@ -106,3 +116,81 @@ def measure_length(
             raise
         out.update(status="oom", error=str(err).splitlines()[0][:300])
     return out
+
+
+def measure_cell(cfg_container: dict, length: int, batch_size: int, options: dict) -> dict:
+    """:func:`measure_length` plus :func:`lra.measure.environment`, from a plain config.
+
+    Module-level so a spawned process can run it.
+    """
+    measure.configure_cpu_memory_analysis()
+    out = measure_length(OmegaConf.create(cfg_container), length, batch_size, **options)
+    return {**out, **measure.environment()}
+
+
+def _measure_isolated(cfg_container: dict, length: int, batch_size: int, options: dict) -> dict:
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        try:
+            return pool.submit(measure_cell, cfg_container, length, batch_size, options).result()
+        except BrokenProcessPool as err:  # killed, e.g. by the host's OOM killer
+            return {
+                "length": int(length),
+                "batch_size": int(batch_size),
+                "status": "failed",
+                "error": f"measurement process died: {err}",
+            }
+
+
+def _check_bench(cfg) -> list[int]:
+    lengths = list(cfg.lengths)
+    if not lengths or any(int(n) <= 0 for n in lengths):
+        raise ConfigError(f"lengths must be a non-empty list of positive ints, got {lengths}")
+    if int(cfg.batch_size) <= 0:
+        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
+    return [int(n) for n in lengths]
+
+
+def run_benchmark(cfg, *, on_record=None) -> list[dict]:
+    """Measure ``cfg.model`` at each of ``cfg.lengths``; write and return one record each.
+
+    An out-of-memory length is recorded with ``status: "oom"`` and the sweep goes
+    on; ``status: "failed"`` marks a measurement process that died.
+    """
+    lengths = _check_bench(cfg)
+    results_dir = results.ensure_writable(cfg.results_dir)
+    options = {
+        "warmup_steps": int(cfg.bench.warmup_steps),
+        "windows": int(cfg.bench.windows),
+        "steps_per_window": int(cfg.bench.steps_per_window),
+    }
+    records = []
+    for length in lengths:
+        started_at, start = results.utc_now(), time.perf_counter()
+        config = OmegaConf.to_container(cfg, resolve=True)
+        config["task"]["max_length"] = length
+        config["results_dir"] = str(results_dir)
+        if cfg.bench.isolate:
+            out = _measure_isolated(config, length, int(cfg.batch_size), options)
+        else:
+            out = measure_cell(config, length, int(cfg.batch_size), options)
+        record = {
+            "schema_version": results.SCHEMA_VERSION,
+            "kind": "bench",
+            "model": cfg.model.name,
+            "task": cfg.task.name,
+            "seed": int(cfg.seed),
+            **out,
+            "precision": cfg.trainer.precision,
+            "isolated": bool(cfg.bench.isolate),
+            "code_version": results.code_version(),
+            "config_hash": results.config_hash(config),
+            "started_at": started_at,
+            "wall_seconds": time.perf_counter() - start,
+            "config": config,
+        }
+        record["record_path"] = str(results.write_record(record, results_dir))
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
+    return records

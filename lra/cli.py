@@ -1,9 +1,10 @@
-"""Command-line entry points ``lra-train`` and ``lra-data`` (Hydra apps).
+"""Command-line entry points ``lra-train``, ``lra-data`` and ``lra-bench`` (Hydra apps).
 
-Both compose ``configs/config.yaml`` with the ``model``, ``task`` and
+``lra-train`` and ``lra-data`` compose ``configs/config.yaml``, ``lra-bench``
+composes ``configs/bench.yaml``, each with the ``model``, ``task`` and
 ``trainer`` groups, so every override (``task=listops``, ``seed=3``,
 ``trainer.num_steps=10``, ``data_dir=...``) and Hydra's ``--help`` and ``-m``
-(multirun) work the same way in both. A user-facing error (:class:`LRAError`)
+(multirun) work the same way in all of them. A user-facing error (:class:`LRAError`)
 prints one line, ``error: <what is wrong and what to do>``, and exits with
 status 2.
 """
@@ -73,6 +74,26 @@ def _data(cfg):
     print(f"{cfg.task.name} data ready in {folder} ({_mib(_folder_bytes(folder))})", flush=True)
 
 
+def bench_line(record: dict) -> str:
+    """One line per benchmarked length, as ``lra-bench`` prints it."""
+    head = f"{record['model']} L={record['length']} B={record['batch_size']}"
+    if record["status"] != "ok":
+        return f"{head}: {record['status'].upper()} ({record.get('error', '')})"
+    return (
+        f"{head}: train {_rate(record.get('train_steps_per_sec'))} steps/s, "
+        f"eval {_rate(record.get('eval_steps_per_sec'))} steps/s, "
+        f"memory {_mib(record['peak_memory_bytes'])} ({record['memory_source']}), "
+        f"{(record.get('flops_per_step') or 0) / 1e9:.1f} GFLOP/step"
+    )
+
+
+def _bench(cfg):
+    from lra.bench import run_benchmark
+
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    run_benchmark(cfg, on_record=lambda record: print(bench_line(record), flush=True))
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def _train_app(cfg):
     return _report_errors(_train, cfg)
@@ -81,6 +102,11 @@ def _train_app(cfg):
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def _data_app(cfg):
     return _report_errors(_data, cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="bench")
+def _bench_app(cfg):
+    return _report_errors(_bench, cfg)
 
 
 def train_main():
@@ -92,3 +118,9 @@ def train_main():
 def data_main():
     """``lra-data``: prepare the data of one task into ``data_dir``."""
     _data_app()
+
+
+def bench_main():
+    """``lra-bench``: speed and memory of one model over sequence lengths, as records."""
+    measure.configure_cpu_memory_analysis()
+    _bench_app()

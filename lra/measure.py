@@ -120,3 +120,14 @@ class WindowTimer:
         if self.steps == 0 or self.seconds <= 0:
             return None
         return self.steps / self.seconds
+
+
+def environment() -> dict:
+    """Where a measurement ran: device kind, platform, device count, JAX version."""
+    device = jax.devices()[0]
+    return {
+        "device": device.device_kind,
+        "platform": device.platform,
+        "device_count": jax.device_count(),
+        "jax_version": jax.__version__,
+    }

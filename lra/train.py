@@ -158,7 +158,6 @@ def train_and_evaluate(cfg) -> dict:
     test = evaluate(eval_compiled, selected_params, splits["test"], batch_size, None, eval_timer)
 
     memory_bytes, memory_source = measure.peak_memory(train_compiled)
-    device = jax.devices()[0]
     config = OmegaConf.to_container(cfg, resolve=True)
     config["data_dir"], config["results_dir"] = str(data_dir), str(results_dir)
     record = {
@@ -182,11 +181,8 @@ def train_and_evaluate(cfg) -> dict:
         "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
         "flops_per_step": measure.compiled_flops(train_compiled),
         "num_params": compiled.num_params,
-        "device": device.device_kind,
-        "platform": device.platform,
-        "device_count": jax.device_count(),
+        **measure.environment(),
         "precision": trainer.precision,
-        "jax_version": jax.__version__,
         "code_version": results.code_version(),
         "config_hash": results.config_hash(config),
         "started_at": started_at,

@@ -1,0 +1,141 @@
+"""lra-bench: complete records at a tiny size, OOM cells, bad settings, the figure1 sweep."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lra import bench
+from lra.cli import CONFIG_DIR
+from lra.errors import ConfigError
+from lra.results import read_records
+
+TINY_BENCH = [
+    "task=listops_tiny",
+    "task.arch.num_layers=1",
+    "task.arch.dim=16",
+    "task.arch.qkv_dim=16",
+    "task.arch.mlp_dim=32",
+    "task.arch.num_heads=2",
+    "batch_size=2",
+    "bench.warmup_steps=1",
+    "bench.windows=2",
+    "bench.steps_per_window=1",
+]
+FIGURE1_MODELS = (
+    "transformer flash_quad flash ls performer cosformer linformer nystromformer reformer "
+    "transnormer_t1 transnormer_t2"
+).split()
+
+
+def bench_config(*overrides: str, config_name: str = "bench"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def test_default_bench_config_is_the_figure1_setting():
+    cfg = bench_config()
+    assert cfg.task.name == "text" and cfg.batch_size == 20
+    assert list(cfg.lengths) == [1024, 2048, 3072, 4096, 5120]
+    assert (cfg.task.arch.num_layers, cfg.task.arch.dim) == (6, 128)
+
+
+def test_bench_writes_one_complete_record_per_length(tmp_path):
+    cfg = bench_config(
+        *TINY_BENCH,
+        "model=performer",
+        "lengths=[16,32]",
+        f"results_dir={tmp_path}",
+        "bench.isolate=false",
+    )
+    records = bench.run_benchmark(cfg)
+    assert [r["length"] for r in records] == [16, 32]
+    stored = sorted(read_records(tmp_path), key=lambda r: r["length"])
+    assert [r["length"] for r in stored] == [16, 32]
+    for record in stored:
+        assert record["kind"] == "bench" and record["status"] == "ok"
+        assert record["model"] == "performer" and record["task"] == "listops_tiny"
+        assert record["train_steps_per_sec"] > 0 and record["eval_steps_per_sec"] > 0
+        assert len(record["train_steps_per_sec_windows"]) == 2
+        assert record["peak_memory_bytes"] > 0 and record["memory_source"]
+        assert record["flops_per_step"] > 0 and record["num_params"] > 0
+        assert (
+            record["platform"] == "cpu"
+            and record["config"]["task"]["max_length"] == (record["length"])
+        )
+    # The longer sequence costs more work and memory.
+    assert stored[1]["flops_per_step"] > stored[0]["flops_per_step"]
+    assert stored[1]["peak_memory_bytes"] > stored[0]["peak_memory_bytes"]
+
+
+def test_isolated_measurement_runs_in_a_fresh_process(tmp_path):
+    cfg = bench_config(
+        *TINY_BENCH, "model=linear_transformer", "lengths=[16]", f"results_dir={tmp_path}"
+    )
+    assert cfg.bench.isolate is True
+    (record,) = bench.run_benchmark(cfg)
+    assert record["status"] == "ok" and record["isolated"] is True
+    assert record["train_steps_per_sec"] > 0 and record["device"]
+
+
+def test_out_of_memory_length_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    real_compile = bench.compile_steps
+
+    def compile_or_oom(cfg, batch):
+        if cfg.task.max_length > 16:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+        return real_compile(cfg, batch)
+
+    monkeypatch.setattr(bench, "compile_steps", compile_or_oom)
+    cfg = bench_config(
+        *TINY_BENCH,
+        "lengths=[16,32,8]",
+        f"results_dir={tmp_path}",
+        "bench.isolate=false",
+        "model=transformer",
+    )
+    records = bench.run_benchmark(cfg)
+    assert [r["status"] for r in records] == ["ok", "oom", "ok"]
+    assert "RESOURCE_EXHAUSTED" in records[1]["error"]
+    assert "train_steps_per_sec" not in records[1]
+    assert len(read_records(tmp_path)) == 3
+
+
+def test_other_errors_are_not_mistaken_for_oom(tmp_path, monkeypatch):
+    def broken(cfg, batch):
+        raise ValueError("a bug, not memory")
+
+    monkeypatch.setattr(bench, "compile_steps", broken)
+    cfg = bench_config(
+        *TINY_BENCH, "lengths=[16]", f"results_dir={tmp_path}", "bench.isolate=false"
+    )
+    with pytest.raises(ValueError, match="a bug"):
+        bench.run_benchmark(cfg)
+
+
+@pytest.mark.parametrize("lengths", ["[]", "[0,16]"])
+def test_bad_lengths_are_one_clear_error(tmp_path, lengths):
+    cfg = bench_config(*TINY_BENCH, f"lengths={lengths}", f"results_dir={tmp_path}")
+    with pytest.raises(ConfigError, match="lengths"):
+        bench.run_benchmark(cfg)
+    assert not list(Path(tmp_path).glob("*.json"))
+
+
+@pytest.mark.parametrize("experiment", ["figure1", "figure1_tiny"])
+def test_figure1_experiment_composes_for_every_model_and_task(experiment):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        hydra_cfg = compose("config", [f"experiment={experiment}"], return_hydra_config=True)
+    params = hydra_cfg.hydra.sweeper.params
+    models, tasks = params.model.split(","), params.task.split(",")
+    assert sorted(models) == sorted(FIGURE1_MODELS)
+    official = ["listops", "text", "retrieval", "image", "pathfinder", "pathx"]
+    assert tasks == (official if experiment == "figure1" else [t + "_tiny" for t in official])
+    for model in models:
+        for task in tasks:
+            pair = bench_config(
+                f"experiment={experiment}", f"model={model}", f"task={task}", config_name="config"
+            )
+            assert pair.model.name == model and pair.task.name == task
+            assert pair.trainer.batch_size > 0 and pair.task.max_length > 0
+            json.dumps(dict(pair.task.arch))  # a plain, resolvable architecture
