@@ -35,14 +35,22 @@ def test_lra_data_prepares_once(tmp_path):
     args = ["task=listops_tiny", f"data_dir={tmp_path / 'data'}", "num_workers=1", *SMALL_DATA]
     first = cli("lra-data", *args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    folder = tmp_path / "data" / "listops_tiny"
+    tsv_folder = tmp_path / "data" / "listops_tiny"
+    folder = tmp_path / "data" / "prepared" / "listops_tiny"
     assert "listops_tiny data ready in " + str(folder) in first.stdout
-    names = sorted(p.name for p in folder.iterdir())
+    names = sorted(p.name for p in tsv_folder.iterdir())
     assert {"basic_train.tsv", "basic_val.tsv", "basic_test.tsv"} <= set(names)
-    stamp = (folder / "basic_train.tsv").stat().st_mtime_ns
+    assert (folder / "meta.json").is_file() and (folder / "train.tokens0.npy").is_file()
+    stamps = [
+        (f / n).stat().st_mtime_ns
+        for f, n in [(tsv_folder, "basic_train.tsv"), (folder, "meta.json")]
+    ]
     second = cli("lra-data", *args, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    assert (folder / "basic_train.tsv").stat().st_mtime_ns == stamp
+    assert [
+        (f / n).stat().st_mtime_ns
+        for f, n in [(tsv_folder, "basic_train.tsv"), (folder, "meta.json")]
+    ] == stamps
 
 
 def test_train_with_overrides_prints_summary_and_writes_record(listops_tiny_dir, tmp_path):
@@ -97,6 +105,7 @@ def test_missing_data_prints_the_lra_data_command(tmp_path):
 def test_malformed_tsv_row_names_file_and_line(listops_tiny_dir, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(listops_tiny_dir, data)
+    shutil.rmtree(data / "prepared")  # read the TSVs as they are, as from an official archive
     val = data / "listops_tiny" / "basic_val.tsv"
     lines = val.read_text().splitlines()
     lines[3] = "( [MAX 2 9 ] )\tnot-a-label"

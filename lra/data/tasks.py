@@ -1,14 +1,18 @@
 """Task dispatch: from a task config to prepared data on disk and loaded splits.
 
 Each dataset kind (``task.dataset`` in the config) has a ``prepare`` function
-that writes its data under ``data_dir`` and a ``load`` function that reads it
-back as ``{"train", "val", "test"} -> Split``. Nothing here knows a model.
+that writes its data into the prepared-data store (:mod:`lra.data.store`,
+``data_dir/prepared/<task.data_subdir>``) and a ``load`` function that reads it
+back as ``{"train", "val", "test"} -> Split``. Preparing twice does no work the
+second time. Nothing here knows a model.
 """
 
+import importlib
 import os
+import time
 from pathlib import Path
 
-from lra.data import listops
+from lra.data import listops, store
 from lra.data.split import Split
 from lra.errors import ConfigError
 
@@ -55,28 +59,60 @@ def load_task(task_cfg, data_dir: Path) -> dict[str, Split]:
 
 
 def _prepare_listops(task_cfg, data_dir: Path, num_workers: int | None) -> Path:
+    """ListOps: find the TSVs (official or generated), else generate them; then store them."""
+    target = store.prepared_dir(task_cfg, data_dir)
+    if store.is_prepared(target):
+        return target
+    start = time.perf_counter()
     found = listops.find_listops_dir(data_dir, task_cfg.data_subdir)
-    if found is not None:
-        return found
-    gen = task_cfg.generator
-    return listops.write_listops(
-        data_dir / task_cfg.data_subdir,
-        num_train=gen.num_train,
-        num_val=gen.num_val,
-        num_test=gen.num_test,
-        min_length=gen.min_length,
-        max_length=gen.max_length,
-        max_depth=gen.max_depth,
-        max_args=gen.max_args,
-        seed=gen.seed,
-        num_workers=num_workers,
-    )
+    if found is None:
+        gen = task_cfg.generator
+        found = listops.write_listops(
+            data_dir / task_cfg.data_subdir,
+            num_train=gen.num_train,
+            num_val=gen.num_val,
+            num_test=gen.num_test,
+            min_length=gen.min_length,
+            max_length=gen.max_length,
+            max_depth=gen.max_depth,
+            max_args=gen.max_args,
+            seed=gen.seed,
+            num_workers=num_workers,
+        )
+    splits = {
+        split: listops.read_tsv(found / name, task_cfg.max_length)
+        for split, name in listops.SPLIT_FILES.items()
+    }
+    meta = {"source": str(found), "seconds": round(time.perf_counter() - start, 3)}
+    return store.write_prepared(target, splits, meta)
 
 
 def _load_listops(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
+    """The stored form when prepared, else the TSVs as they are (an official archive)."""
+    target = store.prepared_dir(task_cfg, data_dir)
+    if store.is_prepared(target):
+        return store.read_prepared(target, task_cfg.max_length, command)
     return listops.load_listops(data_dir, task_cfg.data_subdir, task_cfg.max_length, command)
+
+
+def _load_prepared(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
+    return store.read_prepared(store.prepared_dir(task_cfg, data_dir), task_cfg.max_length, command)
+
+
+def _lazy_prepare(module: str):
+    """The ``prepare`` of ``lra.data.<module>``, imported on first use."""
+
+    def prepare(task_cfg, data_dir: Path, num_workers: int | None) -> Path:
+        prepare_module = importlib.import_module(f"lra.data.{module}")
+        return prepare_module.prepare(task_cfg, data_dir, num_workers)
+
+    return prepare
 
 
 DATASETS = {
     "listops": {"prepare": _prepare_listops, "load": _load_listops},
+    "text": {"prepare": _lazy_prepare("text"), "load": _load_prepared},
+    "image": {"prepare": _lazy_prepare("image"), "load": _load_prepared},
+    "retrieval": {"prepare": _lazy_prepare("retrieval"), "load": _load_prepared},
+    "pathfinder": {"prepare": _lazy_prepare("pathfinder"), "load": _load_prepared},
 }
