@@ -52,6 +52,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import (
+    MultiHeadAttention,
+    linear_context,
+    linear_normaliser,
+    zero_padded,
+)
 from models.registry import register
 
 __all__ = ["CosformerAttention", "reweighting_horizon"]
@@ -67,44 +73,10 @@ def reweighting_horizon(mask: jax.Array) -> jax.Array:
 
 
 @register("cosformer")
-class CosformerAttention(nnx.Module):
+class CosformerAttention(MultiHeadAttention):
     """Multi-head cosFormer attention (ReLU features, cos re-weighting) with a key padding mask."""
 
-    replaces_mlp = False
-
-    def __init__(
-        self,
-        *,
-        dim: int,
-        num_heads: int,
-        max_len: int,
-        rngs: nnx.Rngs,
-        qkv_dim: int | None = None,
-        dropout_rate: float = 0.0,
-    ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"cosformer attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"cosformer attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
+    kind = "cosformer"
 
     def __call__(
         self,
@@ -114,17 +86,9 @@ class CosformerAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "cosformer attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"cosformer attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        q = jax.nn.relu(self._heads(self.query(x)))
-        k = jax.nn.relu(self._heads(self.key(x)))
-        v = self._heads(self.value(x))
+        _, n = self._check_call(x, mask, deterministic, rngs)
+        q, k, v = self._qkv(x)
+        q, k = jax.nn.relu(q), jax.nn.relu(k)
         dtype = q.dtype
 
         # Angles in float32 (positions up to L), then cast: float[B, L, 1, 1].
@@ -132,13 +96,9 @@ class CosformerAttention(nnx.Module):
         angle = (angle / reweighting_horizon(mask)[:, None])[:, :, None, None]
         cos, sin = jnp.cos(angle).astype(dtype), jnp.sin(angle).astype(dtype)
         q = jnp.concatenate([q * cos, q * sin], axis=-1)
-        k = jnp.concatenate([k * cos, k * sin], axis=-1)
-        k = k * mask.astype(dtype)[:, :, None, None]
+        k = zero_padded(jnp.concatenate([k * cos, k * sin], axis=-1), mask)
 
-        kv = jnp.einsum("bkhf,bkhe->bhfe", k, v)
-        numerator = jnp.einsum("bqhf,bhfe->bqhe", q, kv)
-        denominator = jnp.einsum("bqhf,bhf->bqh", q, jnp.sum(k, axis=1))
-        y = numerator / jnp.maximum(denominator, jnp.asarray(EPS, dtype))[..., None]
-        y = y.reshape(b, n, self.num_heads * self.head_dim)
-        y = self.dropout(y, deterministic=deterministic, rngs=rngs)
+        eps = jnp.asarray(EPS, dtype)
+        y = linear_context(q, k, v) / jnp.maximum(linear_normaliser(q, k), eps)[..., None]
+        y = self.dropout(self._merge(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)

@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import check_call, check_dropout, from_blocks, to_blocks
 from models.registry import register
 
 __all__ = ["FlashAttention", "FlashQuadAttention", "RelativePositionBias"]
@@ -84,7 +85,6 @@ class _GatedAttentionUnit(nnx.Module):
 
     def _setup(
         self,
-        *,
         dim: int,
         max_len: int,
         rngs: nnx.Rngs,
@@ -96,8 +96,7 @@ class _GatedAttentionUnit(nnx.Module):
     ) -> None:
         if dim < 1 or max_len < 1:
             raise ValueError(f"{self.kind}: need dim >= 1 and max_len >= 1, got {dim}, {max_len}")
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(f"{self.kind}: dropout_rate must be in [0, 1), got {dropout_rate}")
+        check_dropout(self.kind, dropout_rate)
         if expansion_factor <= 0 or int(expansion_factor * dim) < 1:
             raise ValueError(
                 f"{self.kind}: expansion_factor must be > 0 with expansion_factor * dim >= 1, "
@@ -118,14 +117,9 @@ class _GatedAttentionUnit(nnx.Module):
         self.out = nnx.Linear(self.expanded_dim, dim, rngs=rngs)
         self.dropout = nnx.Dropout(dropout_rate)
 
-    def _check_call(self, x: jax.Array, mask: jax.Array, deterministic: bool, rngs) -> None:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                f"{self.kind}: deterministic=False needs rngs (an nnx.Rngs with a 'dropout' "
-                "stream) for attention dropout"
-            )
-        if mask.shape != x.shape[:2]:
-            raise ValueError(f"{self.kind}: mask shape {mask.shape} != (B, L) = {x.shape[:2]}")
+    def _check_call(self, x, mask, deterministic, rngs) -> tuple[int, int]:
+        """(B, L); see ``check_call``."""
+        return check_call(self.kind, x, mask, deterministic, rngs)
 
     def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
         """U, V float[B, L, e] and the offset/scaled copies of Z, each float[B, L, s]."""
@@ -160,16 +154,8 @@ class FlashQuadAttention(_GatedAttentionUnit):
         shared_dim: int = 128,
     ):
         del num_heads, qkv_dim  # single-head GAU; sizes come from expansion_factor, shared_dim
-        self._setup(
-            dim=dim,
-            max_len=max_len,
-            rngs=rngs,
-            dropout_rate=dropout_rate,
-            expansion_factor=expansion_factor,
-            shared_dim=shared_dim,
-            num_offsets=2,
-            bias_span=max_len,
-        )
+        # Two offset/scales of Z (Q, K); the bias spans max_len.
+        self._setup(dim, max_len, rngs, dropout_rate, expansion_factor, shared_dim, 2, max_len)
 
     def __call__(
         self,
@@ -179,8 +165,7 @@ class FlashQuadAttention(_GatedAttentionUnit):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        self._check_call(x, mask, deterministic, rngs)
-        n = x.shape[1]
+        _, n = self._check_call(x, mask, deterministic, rngs)
         mask = mask.astype(bool)
         u, v, (q, k) = self._project(x)
         dtype = q.dtype
@@ -214,16 +199,8 @@ class FlashAttention(_GatedAttentionUnit):
         if chunk_size < 1:
             raise ValueError(f"flash: chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = chunk_size
-        self._setup(
-            dim=dim,
-            max_len=max_len,
-            rngs=rngs,
-            dropout_rate=dropout_rate,
-            expansion_factor=expansion_factor,
-            shared_dim=shared_dim,
-            num_offsets=4,
-            bias_span=chunk_size,
-        )
+        # Four offset/scales of Z (quadratic Q, K; linear Q, K); the bias spans a chunk.
+        self._setup(dim, max_len, rngs, dropout_rate, expansion_factor, shared_dim, 4, chunk_size)
 
     def __call__(
         self,
@@ -233,8 +210,7 @@ class FlashAttention(_GatedAttentionUnit):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        self._check_call(x, mask, deterministic, rngs)
-        b, n, _ = x.shape
+        _, n = self._check_call(x, mask, deterministic, rngs)
         mask = mask.astype(bool)
         u, v, (quad_q, quad_k, lin_q, lin_k) = self._project(x)
         dtype = quad_q.dtype
@@ -248,17 +224,10 @@ class FlashAttention(_GatedAttentionUnit):
         # Local quadratic part. A sequence shorter than one chunk is one chunk of its own
         # length: the same result as padding it (padded keys are masked), for less work.
         g = min(self.chunk_size, n)
-        pad = -n % g
-        chunks = (n + pad) // g
-
-        def chunked(y: jax.Array) -> jax.Array:
-            y = jnp.pad(y, [(0, 0), (0, pad)] + [(0, 0)] * (y.ndim - 2))
-            return y.reshape(b, chunks, g, *y.shape[2:])
-
-        qq, qk, vc, mc = chunked(quad_q), chunked(quad_k), chunked(v), chunked(mask)
+        qq, qk, vc, mc = (to_blocks(y, g) for y in (quad_q, quad_k, v, mask))
         scale = jnp.asarray(1.0 / self.chunk_size, dtype)
         logits = jnp.einsum("bcis,bcjs->bcij", qq, qk) * scale + self.rel_bias(g, dtype)
         weights = jnp.square(nnx.relu(logits)) * mc[:, :, None, :].astype(dtype)
         weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
-        quadratic = jnp.einsum("bcij,bcje->bcie", weights, vc).reshape(b, chunks * g, -1)[:, :n]
+        quadratic = from_blocks(jnp.einsum("bcij,bcje->bcie", weights, vc), n)
         return self.out(u * (quadratic + linear))

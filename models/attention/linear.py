@@ -35,6 +35,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import (
+    MultiHeadAttention,
+    linear_context,
+    linear_normaliser,
+    zero_padded,
+)
 from models.registry import register
 
 __all__ = ["LinearAttention"]
@@ -48,44 +54,10 @@ def elu_feature_map(x: jax.Array) -> jax.Array:
 
 
 @register("linear")
-class LinearAttention(nnx.Module):
+class LinearAttention(MultiHeadAttention):
     """Multi-head linear attention with the elu + 1 feature map and a key padding mask."""
 
-    replaces_mlp = False
-
-    def __init__(
-        self,
-        *,
-        dim: int,
-        num_heads: int,
-        max_len: int,
-        rngs: nnx.Rngs,
-        qkv_dim: int | None = None,
-        dropout_rate: float = 0.0,
-    ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"linear attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"linear attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
+    kind = "linear"
 
     def __call__(
         self,
@@ -95,23 +67,11 @@ class LinearAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "linear attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"linear attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        q = elu_feature_map(self._heads(self.query(x)))
-        k = elu_feature_map(self._heads(self.key(x)))
-        v = self._heads(self.value(x))
-        dtype = q.dtype
-        k = k * mask.astype(dtype)[:, :, None, None]
-        kv = jnp.einsum("bkhd,bkhe->bhde", k, v)
-        numerator = jnp.einsum("bqhd,bhde->bqhe", q, kv)
-        denominator = jnp.einsum("bqhd,bhd->bqh", q, jnp.sum(k, axis=1))
-        y = numerator / (denominator + jnp.asarray(EPS, dtype))[..., None]
-        y = y.reshape(b, n, self.num_heads * self.head_dim)
-        y = self.dropout(y, deterministic=deterministic, rngs=rngs)
+        self._check_call(x, mask, deterministic, rngs)
+        q, k, v = self._qkv(x)
+        q = elu_feature_map(q)
+        k = zero_padded(elu_feature_map(k), mask)
+        eps = jnp.asarray(EPS, q.dtype)
+        y = linear_context(q, k, v) / (linear_normaliser(q, k) + eps)[..., None]
+        y = self.dropout(self._merge(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)

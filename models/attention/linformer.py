@@ -44,16 +44,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import MultiHeadAttention, check_int, zero_padded
 from models.registry import register
 
 __all__ = ["LinformerAttention"]
 
 
 @register("linformer")
-class LinformerAttention(nnx.Module):
+class LinformerAttention(MultiHeadAttention):
     """Multi-head attention over k learned sequence projections of the keys and values."""
 
-    replaces_mlp = False
+    kind = "linformer"
 
     def __init__(
         self,
@@ -67,40 +68,18 @@ class LinformerAttention(nnx.Module):
         k: int = 256,
         share_kv: bool = False,
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"linformer attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"linformer attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"linformer attention: k must be an integer >= 1, got {k!r}")
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        check_int(self.label, "k", k)
         if max_len < 1:
             raise ValueError(f"linformer attention: max_len must be >= 1, got {max_len}")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
         self.k = k
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
+        self._init_projections(rngs)
         # Glorot uniform with gain 1/sqrt(2): bound sqrt(3 / (k + max_len)).
         init = nnx.initializers.variance_scaling(0.5, "fan_avg", "uniform")
         self.key_projection = nnx.Param(init(rngs.params(), (k, max_len), jnp.float32))
         self.value_projection = (
             None if share_kv else nnx.Param(init(rngs.params(), (k, max_len), jnp.float32))
         )
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
 
     def __call__(
         self,
@@ -110,32 +89,15 @@ class LinformerAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "linformer attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"linformer attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        if n > self.max_len:
-            raise ValueError(
-                f"linformer attention: sequence length {n} exceeds max_len={self.max_len}; "
-                "E and F have one column per position"
-            )
-        q = self._heads(self.query(x))
+        _, n = self._check_call(x, mask, deterministic, rngs)
+        self._check_length(n, "E and F have one column per position")
+        q, keys, values = self._qkv(x)
         dtype = q.dtype
-        real = mask.astype(dtype)[:, :, None, None]
-        keys = self._heads(self.key(x)) * real
-        values = self._heads(self.value(x)) * real
         e = self.key_projection[:, :n].astype(dtype)
         f = e if self.value_projection is None else self.value_projection[:, :n].astype(dtype)
-        keys = jnp.einsum("kl,blhd->bkhd", e, keys)
-        values = jnp.einsum("kl,blhd->bkhd", f, values)
+        keys = jnp.einsum("kl,blhd->bkhd", e, zero_padded(keys, mask))
+        values = jnp.einsum("kl,blhd->bkhd", f, zero_padded(values, mask))
 
         q = q * jnp.asarray(self.head_dim**-0.5, dtype)
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, keys)
-        weights = jax.nn.softmax(logits, axis=-1)
-        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
-        y = jnp.einsum("bhqk,bkhd->bqhd", weights, values)
-        return self.out(y.reshape(b, n, self.num_heads * self.head_dim))
+        return self.out(self._merge(self._attend(logits, values, None, deterministic, rngs)))

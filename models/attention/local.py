@@ -50,6 +50,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from models.attention.common import (
+    MultiHeadAttention,
+    band,
+    check_int,
+    from_blocks,
+    mask_logits,
+    to_blocks,
+    with_neighbours,
+)
 from models.registry import register
 
 __all__ = ["LocalAttention"]
@@ -58,10 +67,10 @@ MODES = ("block", "sliding")
 
 
 @register("local")
-class LocalAttention(nnx.Module):
+class LocalAttention(MultiHeadAttention):
     """Multi-head softmax attention inside blocks or a sliding band, O(L * window) memory."""
 
-    replaces_mlp = False
+    kind = "local"
 
     def __init__(
         self,
@@ -75,33 +84,13 @@ class LocalAttention(nnx.Module):
         window: int = 50,
         mode: str = "block",
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"local attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(f"local attention: dropout_rate must be in [0, 1), got {dropout_rate}")
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if mode not in MODES:
             raise ValueError(f"local attention: mode must be one of {MODES}, got {mode!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"local attention: window must be an integer >= 1, got {window!r}")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
+        check_int(self.label, "window", window)
         self.window = window
         self.mode = mode
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
+        self._init_projections(rngs)
 
     def _chunk_size(self, n: int) -> int:
         """Query chunk length c: the block itself, or the band radius (>= 1) for sliding."""
@@ -113,17 +102,7 @@ class LocalAttention(nnx.Module):
         """bool[c, keys per chunk]: which gathered keys lie in each query's neighbourhood."""
         if self.mode == "block":
             return np.ones((c, c), bool)
-        # Query p of chunk t sits at t*c + p; gathered key s at (t-1)*c + s.
-        offset = np.arange(c)[:, None] + c - np.arange(3 * c)[None, :]
-        return np.abs(offset) <= self.window // 2
-
-    @staticmethod
-    def _with_neighbours(t: jax.Array) -> jax.Array:
-        """[B, T, c, ...] -> [B, T, 3c, ...]: each chunk preceded and followed by its neighbours
-        (zeros / False beyond the ends)."""
-        pad = [(0, 0), (1, 1)] + [(0, 0)] * (t.ndim - 2)
-        padded = jnp.pad(t, pad)
-        return jnp.concatenate([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]], axis=2)
+        return band(c, self.window // 2)
 
     def __call__(
         self,
@@ -133,34 +112,19 @@ class LocalAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "local attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"local attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        q = self._heads(self.query(x))
-        k = self._heads(self.key(x))
-        v = self._heads(self.value(x))
-        dtype = q.dtype
-        q = q * jnp.asarray(self.head_dim**-0.5, dtype)
+        _, n = self._check_call(x, mask, deterministic, rngs)
+        q, k, v = self._qkv(x)
+        q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
 
         c = self._chunk_size(n)
-        num_chunks = -(-n // c)
-        extra = num_chunks * c - n
-        seq_pad = [(0, 0), (0, extra), (0, 0), (0, 0)]
-        q, k, v = (jnp.pad(t, seq_pad).reshape(b, num_chunks, c, *t.shape[2:]) for t in (q, k, v))
-        key_mask = jnp.pad(mask.astype(bool), [(0, 0), (0, extra)]).reshape(b, num_chunks, c)
+        q, k, v = (to_blocks(t, c) for t in (q, k, v))
+        key_mask = to_blocks(mask.astype(bool), c)
         if self.mode == "sliding":
-            k, v, key_mask = (self._with_neighbours(t) for t in (k, v, key_mask))
+            k, v, key_mask = (with_neighbours(t) for t in (k, v, key_mask))
 
         logits = jnp.einsum("btqhd,btkhd->bthqk", q, k)
-        keep = key_mask[:, :, None, None, :] & jnp.asarray(self._band(c))
-        logits = jnp.where(keep, logits, jnp.asarray(jnp.finfo(dtype).min, dtype))
+        logits = mask_logits(logits, key_mask[:, :, None, None, :] & jnp.asarray(self._band(c)))
         weights = jax.nn.softmax(logits, axis=-1)
         weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
         y = jnp.einsum("bthqk,btkhd->btqhd", weights, v)
-        y = y.reshape(b, num_chunks * c, self.num_heads * self.head_dim)[:, :n]
-        return self.out(y)
+        return self.out(self._merge(from_blocks(y, n)))

@@ -44,16 +44,24 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import (
+    MultiHeadAttention,
+    band,
+    from_blocks,
+    mask_logits,
+    to_blocks,
+    with_neighbours,
+)
 from models.registry import register
 
 __all__ = ["LongShortAttention"]
 
 
 @register("long_short")
-class LongShortAttention(nnx.Module):
+class LongShortAttention(MultiHeadAttention):
     """Sliding-window attention joined with attention to dynamically projected landmarks."""
 
-    replaces_mlp = False
+    kind = "long_short"
 
     def __init__(
         self,
@@ -67,51 +75,33 @@ class LongShortAttention(nnx.Module):
         window: int = 8,
         num_landmarks: int = 32,
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"long_short attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"long_short attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
+        qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if window < 0:
             raise ValueError(f"long_short attention: window must be >= 0, got {window}")
         if num_landmarks < 1:
             raise ValueError(
                 f"long_short attention: num_landmarks must be >= 1, got {num_landmarks}"
             )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
         self.half_window = window // 2
         self.num_landmarks = num_landmarks
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
+        # Drawn in this order (the output projection last).
+        self.query = self._dense_in(rngs)
+        self.key = self._dense_in(rngs)
+        self.value = self._dense_in(rngs)
         self.landmark_scores = nnx.Linear(dim, num_heads * num_landmarks, rngs=rngs)
         self.local_norm = nnx.LayerNorm(qkv_dim, rngs=rngs)
         self.global_norm = nnx.LayerNorm(qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        return y.reshape(*y.shape[:-1], self.num_heads, self.head_dim)
+        self.out = self._dense_out(rngs)
 
     def _landmarks(self, x, k, v, mask):
         """Kbar, Vbar float[B, r, H, d]: LN_global(P^T K), LN_global(P^T V)."""
         b, n, _ = x.shape
         scores = self.landmark_scores(x).reshape(b, n, self.num_heads, self.num_landmarks)
-        low = jnp.asarray(jnp.finfo(scores.dtype).min, scores.dtype)
-        scores = jnp.where(mask[:, :, None, None], scores, low)
-        proj = jax.nn.softmax(scores, axis=1)  # over the sequence
+        proj = jax.nn.softmax(mask_logits(scores, mask[:, :, None, None]), axis=1)  # over L
 
         def project(y):
-            y = jnp.einsum("blhr,blhd->brhd", proj, y).reshape(b, self.num_landmarks, -1)
-            return self._heads(self.global_norm(y))
+            y = jnp.einsum("blhr,blhd->brhd", proj, y)
+            return self._heads(self.global_norm(self._merge(y)))
 
         return project(k), project(v)
 
@@ -123,48 +113,23 @@ class LongShortAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "long_short attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"long_short attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
+        _, n = self._check_call(x, mask, deterministic, rngs)
         mask = mask.astype(bool)
         q = self._heads(self.query(x))
         q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
         k = self._heads(self.local_norm(self.key(x)))
         v = self._heads(self.local_norm(self.value(x)))
         k_bar, v_bar = self._landmarks(x, k, v, mask)
-        dtype = q.dtype
-        low = jnp.asarray(jnp.finfo(dtype).min, dtype)
 
         # Window keys: blocks of c queries see their own and both neighbouring blocks.
         c = max(self.half_window, 1)
-        pad = -n % c
-        blocks = (n + pad) // c
+        q_blocks = to_blocks(q, c)  # [B, nb, c, H, d]
+        k_win = with_neighbours(to_blocks(k, c))  # [B, nb, 3c, H, d]
+        v_win = with_neighbours(to_blocks(v, c))
+        key_real = with_neighbours(to_blocks(mask, c))  # [B, nb, 3c]; outside: False
+        allowed = key_real[:, :, None, None, :] & band(c, self.half_window)  # [B,nb,1,c,3c]
 
-        def blocked(y: jax.Array) -> jax.Array:
-            y = jnp.pad(y, [(0, 0), (0, pad)] + [(0, 0)] * (y.ndim - 2))
-            return y.reshape(b, blocks, c, *y.shape[2:])
-
-        def with_neighbours(y: jax.Array) -> jax.Array:
-            edge = jnp.zeros_like(y[:, :1])
-            before = jnp.concatenate([edge, y[:, :-1]], axis=1)
-            after = jnp.concatenate([y[:, 1:], edge], axis=1)
-            return jnp.concatenate([before, y, after], axis=2)
-
-        q_blocks = blocked(q)  # [B, nb, c, H, d]
-        k_win = with_neighbours(blocked(k))  # [B, nb, 3c, H, d]
-        v_win = with_neighbours(blocked(v))
-        key_real = with_neighbours(blocked(mask))  # [B, nb, 3c]; outside the sequence: False
-        offset = jnp.arange(3 * c)[None, :] - c - jnp.arange(c)[:, None]  # j - i, [c, 3c]
-        in_band = jnp.abs(offset) <= self.half_window
-        allowed = in_band[None, None, None] & key_real[:, :, None, None, :]  # [B,nb,1,c,3c]
-
-        local = jnp.einsum("bnihd,bnjhd->bnhij", q_blocks, k_win)
-        local = jnp.where(allowed, local, low)
+        local = mask_logits(jnp.einsum("bnihd,bnjhd->bnhij", q_blocks, k_win), allowed)
         global_ = jnp.einsum("bnihd,brhd->bnhir", q_blocks, k_bar)
         weights = jax.nn.softmax(jnp.concatenate([global_, local], axis=-1), axis=-1)
         weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
@@ -172,5 +137,4 @@ class LongShortAttention(nnx.Module):
         y = jnp.einsum("bnhir,brhd->bnihd", weights[..., :r], v_bar) + jnp.einsum(
             "bnhij,bnjhd->bnihd", weights[..., r:], v_win
         )
-        y = y.reshape(b, blocks * c, -1)[:, :n]
-        return self.out(y)
+        return self.out(self._merge(from_blocks(y, n)))

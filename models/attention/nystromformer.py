@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from models.attention.common import MultiHeadAttention, check_int, mask_logits, zero_padded
 from models.registry import register
 
 __all__ = ["NystromAttention", "iterative_pinv"]
@@ -76,10 +77,10 @@ def iterative_pinv(a: jax.Array, iterations: int) -> jax.Array:
 
 
 @register("nystromformer")
-class NystromAttention(nnx.Module):
+class NystromAttention(MultiHeadAttention):
     """Multi-head Nystrom-approximated softmax attention with a depthwise conv skip on V."""
 
-    replaces_mlp = False
+    kind = "nystromformer"
 
     def __init__(
         self,
@@ -94,42 +95,19 @@ class NystromAttention(nnx.Module):
         conv_kernel: int | None = 35,
         pinv_iterations: int = 6,
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"nystromformer attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"nystromformer attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         conv_kernel = 0 if conv_kernel is None else conv_kernel
-        for name, value, minimum in (
-            ("num_landmarks", num_landmarks, 1),
-            ("conv_kernel", conv_kernel, 0),
-            ("pinv_iterations", pinv_iterations, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(
-                    f"nystromformer attention: {name} must be an integer >= {minimum}, "
-                    f"got {value!r}"
-                )
+        check_int(self.label, "num_landmarks", num_landmarks)
+        check_int(self.label, "conv_kernel", conv_kernel, minimum=0)
+        check_int(self.label, "pinv_iterations", pinv_iterations)
         if conv_kernel and conv_kernel % 2 == 0:
             raise ValueError(
                 "nystromformer attention: conv_kernel must be odd (a same-length output) or "
                 f"0/None to disable the convolution, got {conv_kernel}"
             )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
         self.num_landmarks = num_landmarks
         self.pinv_iterations = pinv_iterations
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
+        self._init_projections(rngs)
         if conv_kernel:
             # PyTorch's Conv2d default init, as in the authors' code: U(+-1/sqrt(fan_in)).
             bound = conv_kernel**-0.5
@@ -140,11 +118,6 @@ class NystromAttention(nnx.Module):
             )
         else:
             self.conv = None
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
 
     def _conv_skip(self, v: jax.Array) -> jax.Array:
         """Depthwise conv along the sequence, one kernel per head: [B, L, H, d] -> same."""
@@ -168,26 +141,14 @@ class NystromAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "nystromformer attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(
-                f"nystromformer attention: mask shape {mask.shape} != (B, L) = {(b, n)}"
-            )
+        _, n = self._check_call(x, mask, deterministic, rngs)
         mask = mask.astype(bool)
-        q = self._heads(self.query(x))
-        k = self._heads(self.key(x))
-        v = self._heads(self.value(x))
+        q, k, v = self._qkv(x)
         dtype = q.dtype
         # d_h^-1/4 on each side gives the 1/sqrt(d_h) of every logit, landmarks included.
         q = q * jnp.asarray(self.head_dim**-0.25, dtype)
         k = k * jnp.asarray(self.head_dim**-0.25, dtype)
-        v = v * mask.astype(dtype)[:, :, None, None]
-        neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
+        v = zero_padded(v, mask)
 
         m = self.num_landmarks
         segment = np.arange(n) * m // n
@@ -199,12 +160,12 @@ class NystromAttention(nnx.Module):
         landmark_real = (count > 0)[:, None, None, :]  # [B, 1, 1, m]
 
         kernel_1 = jnp.einsum("blhd,bhmd->bhlm", q, k_landmarks)
-        kernel_1 = jax.nn.softmax(jnp.where(landmark_real, kernel_1, neg), axis=-1)
+        kernel_1 = jax.nn.softmax(mask_logits(kernel_1, landmark_real), axis=-1)
         kernel_2 = jnp.einsum("bhmd,bhpd->bhmp", q_landmarks, k_landmarks)
-        kernel_2 = jax.nn.softmax(jnp.where(landmark_real, kernel_2, neg), axis=-1)
+        kernel_2 = jax.nn.softmax(mask_logits(kernel_2, landmark_real), axis=-1)
         kernel_2 = kernel_2 * jnp.swapaxes(landmark_real, -1, -2).astype(dtype)
         kernel_3 = jnp.einsum("bhmd,blhd->bhml", q_landmarks, k)
-        kernel_3 = jax.nn.softmax(jnp.where(mask[:, None, None, :], kernel_3, neg), axis=-1)
+        kernel_3 = jax.nn.softmax(mask_logits(kernel_3, mask[:, None, None, :]), axis=-1)
         kernel_3 = self.dropout(kernel_3, deterministic=deterministic, rngs=rngs)
 
         inverse = iterative_pinv(kernel_2.astype(jnp.float32), self.pinv_iterations)
@@ -213,4 +174,4 @@ class NystromAttention(nnx.Module):
         y = jnp.einsum("bhlm,bhmd->blhd", kernel_1, summary)
         if self.conv is not None:
             y = y + self._conv_skip(v)
-        return self.out(y.reshape(b, n, self.num_heads * self.head_dim))
+        return self.out(self._merge(y))

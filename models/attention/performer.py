@@ -76,6 +76,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import (
+    MultiHeadAttention,
+    linear_context,
+    linear_normaliser,
+    lowest,
+)
 from models.registry import register
 
 __all__ = ["PerformerAttention", "RandomFeatures", "orthogonal_random_features"]
@@ -122,19 +128,19 @@ def positive_features(x: jax.Array, features: jax.Array, valid: jax.Array | None
     if valid is None:
         shift = jnp.max(exponent, axis=-1, keepdims=True)
         return jnp.exp(exponent - jax.lax.stop_gradient(shift)) * ratio
-    lowest = jnp.asarray(jnp.finfo(dtype).min, dtype)
+    low = lowest(dtype)
     real = valid.astype(bool)[:, :, None, None]
-    shift = jnp.max(jnp.where(real, exponent, lowest), axis=(1, 3), keepdims=True)
-    shift = jnp.where(shift > lowest, shift, jnp.asarray(0, dtype))  # rows with no real key
-    exponent = jnp.where(real, exponent - jax.lax.stop_gradient(shift), lowest)
+    shift = jnp.max(jnp.where(real, exponent, low), axis=(1, 3), keepdims=True)
+    shift = jnp.where(shift > low, shift, jnp.asarray(0, dtype))  # rows with no real key
+    exponent = jnp.where(real, exponent - jax.lax.stop_gradient(shift), low)
     return jnp.exp(exponent) * ratio * real.astype(dtype)
 
 
 @register("performer")
-class PerformerAttention(nnx.Module):
+class PerformerAttention(MultiHeadAttention):
     """Multi-head FAVOR+ attention with positive orthogonal random features."""
 
-    replaces_mlp = False
+    kind = "performer"
 
     def __init__(
         self,
@@ -148,16 +154,7 @@ class PerformerAttention(nnx.Module):
         num_features: int = 256,
         redraw: str = "fixed",
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"performer attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"performer attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if not isinstance(num_features, int) or num_features < 1:
             raise ValueError(
                 f"performer attention: num_features must be a positive int, got {num_features!r}"
@@ -166,24 +163,12 @@ class PerformerAttention(nnx.Module):
             raise ValueError(
                 f"performer attention: redraw must be one of {REDRAW_POLICIES}, got {redraw!r}"
             )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
         self.num_features = num_features
         self.redraw = redraw
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
+        self._init_projections(rngs)
         self.features = RandomFeatures(
             orthogonal_random_features(rngs.params(), num_features, self.head_dim)
         )
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
 
     def __call__(
         self,
@@ -193,32 +178,22 @@ class PerformerAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "performer attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout and feature redraws"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"performer attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
+        self._check_call(
+            x, mask, deterministic, rngs, needs="attention dropout and feature redraws"
+        )
         if self.redraw == "every_call" and not deterministic:
             features = orthogonal_random_features(rngs.dropout(), self.num_features, self.head_dim)
         else:
             features = self.features[...]
-        q = self._heads(self.query(x))
-        k = self._heads(self.key(x))
-        v = self._heads(self.value(x))
+        q, k, v = self._qkv(x)
         dtype = q.dtype
         features = features.astype(dtype)
         scale = jnp.asarray(self.head_dim**-0.25, dtype)
         phi_q = positive_features(q * scale, features, None)
         phi_k = positive_features(k * scale, features, mask)
 
-        kv = jnp.einsum("bkhm,bkhe->bhme", phi_k, v)
-        numerator = jnp.einsum("bqhm,bhme->bqhe", phi_q, kv)
-        denominator = jnp.einsum("bqhm,bhm->bqh", phi_q, jnp.sum(phi_k, axis=1))
         floor = jnp.asarray(jnp.sqrt(jnp.finfo(dtype).tiny), dtype)
-        y = numerator / jnp.maximum(denominator, floor)[..., None]
-        y = y.reshape(b, n, self.num_heads * self.head_dim)
-        y = self.dropout(y, deterministic=deterministic, rngs=rngs)
+        denominator = jnp.maximum(linear_normaliser(phi_q, phi_k), floor)
+        y = linear_context(phi_q, phi_k, v) / denominator[..., None]
+        y = self.dropout(self._merge(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)

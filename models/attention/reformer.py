@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import MultiHeadAttention
 from models.registry import register
 
 __all__ = ["LSHRotations", "ReformerAttention"]
@@ -65,10 +66,10 @@ def default_n_buckets(max_len: int, chunk_length: int) -> int:
 
 
 @register("reformer")
-class ReformerAttention(nnx.Module):
+class ReformerAttention(MultiHeadAttention):
     """Multi-round LSH attention with shared QK."""
 
-    replaces_mlp = False
+    kind = "reformer"
 
     def __init__(
         self,
@@ -83,16 +84,7 @@ class ReformerAttention(nnx.Module):
         n_buckets: int | None = None,
         chunk_length: int = 64,
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"reformer attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"reformer attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if n_hashes < 1:
             raise ValueError(f"reformer attention: n_hashes must be >= 1, got {n_hashes}")
         if chunk_length < 1:
@@ -104,17 +96,12 @@ class ReformerAttention(nnx.Module):
                 f"reformer attention: n_buckets must be 1 or a positive even number, got "
                 f"{n_buckets}"
             )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
         self.n_hashes = n_hashes
         self.n_buckets = n_buckets
         self.chunk_length = chunk_length
-        self.query_key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
+        self.query_key = self._dense_in(rngs)
+        self.value = self._dense_in(rngs)
+        self.out = self._dense_out(rngs)
         self.rotations = LSHRotations(jax.random.normal(rngs.params(), self._rotation_shape()))
 
     def _rotation_shape(self) -> tuple[int, ...]:
@@ -139,14 +126,9 @@ class ReformerAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "reformer attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for the random rotations and attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"reformer attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
+        b, n = self._check_call(
+            x, mask, deterministic, rngs, needs="the random rotations and attention dropout"
+        )
         c = self.chunk_length
         pad = -n % c
         length = n + pad
@@ -154,11 +136,8 @@ class ReformerAttention(nnx.Module):
         mask = jnp.pad(mask.astype(bool), [(0, 0), (0, pad)])
         x = jnp.pad(x, [(0, 0), (0, pad), (0, 0)])
 
-        def heads(y: jax.Array) -> jax.Array:  # [B, L, E] -> [B, H, L, d]
-            return y.reshape(b, length, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
-
-        qk = heads(self.query_key(x))
-        v = heads(self.value(x))
+        qk = self._heads(self.query_key(x)).transpose(0, 2, 1, 3)  # [B, H, L, d]
+        v = self._heads(self.value(x)).transpose(0, 2, 1, 3)
         dtype = qk.dtype
         if deterministic:
             rotations = self.rotations[...]
@@ -208,5 +187,4 @@ class ReformerAttention(nnx.Module):
         lse = jnp.take_along_axis(lse.reshape(undo.shape), undo, axis=3)
         round_weights = jax.nn.softmax(lse, axis=2)[..., None]
         y = jnp.sum(o * round_weights, axis=2)  # [B, H, L, d]
-        y = y.transpose(0, 2, 1, 3).reshape(b, length, -1)[:, :n]
-        return self.out(y)
+        return self.out(self._merge(y.transpose(0, 2, 1, 3))[:, :n])

@@ -26,16 +26,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import MultiHeadAttention
 from models.registry import register
 
 __all__ = ["SoftmaxAttention"]
 
 
 @register("softmax")
-class SoftmaxAttention(nnx.Module):
+class SoftmaxAttention(MultiHeadAttention):
     """Full quadratic multi-head attention with a key padding mask."""
 
-    replaces_mlp = False
+    kind = "softmax"
 
     def __init__(
         self,
@@ -48,16 +49,7 @@ class SoftmaxAttention(nnx.Module):
         dropout_rate: float = 0.0,
         implementation: str = "plain",
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"softmax attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"softmax attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if implementation not in ("plain", "fused"):
             raise ValueError(
                 f"softmax attention: implementation must be 'plain' or 'fused', "
@@ -69,19 +61,7 @@ class SoftmaxAttention(nnx.Module):
                 "set task.arch.attention_dropout=0 or use implementation='plain'"
             )
         self.implementation = implementation
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
+        self._init_projections(rngs)
 
     def __call__(
         self,
@@ -91,26 +71,11 @@ class SoftmaxAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                "softmax attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"softmax attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        q = self._heads(self.query(x))
-        k = self._heads(self.key(x))
-        v = self._heads(self.value(x))
+        self._check_call(x, mask, deterministic, rngs)
+        q, k, v = self._qkv(x)
         if self.implementation == "fused":
             y = jax.nn.dot_product_attention(q, k, v, mask=mask.astype(bool)[:, None, None, :])
-            return self.out(y.reshape(b, n, self.num_heads * self.head_dim))
-        dtype = q.dtype
-        q = q * jnp.asarray(self.head_dim**-0.5, dtype)
+            return self.out(self._merge(y))
+        q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k)
-        key_mask = mask.astype(bool)[:, None, None, :]
-        logits = jnp.where(key_mask, logits, jnp.asarray(jnp.finfo(dtype).min, dtype))
-        weights = jax.nn.softmax(logits, axis=-1)
-        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
-        y = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, n, self.num_heads * self.head_dim)
-        return self.out(y)
+        return self.out(self._merge(self._attend(logits, v, mask, deterministic, rngs)))

@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import MultiHeadAttention, check_int
 from models.registry import register
 
 __all__ = [
@@ -71,18 +72,16 @@ class FixedRandom(nnx.Variable):
     """A random synthesizer table that is not trained (not an ``nnx.Param``)."""
 
 
-class _SynthesizerAttention(nnx.Module):
+class _SynthesizerAttention(MultiHeadAttention):
     """Shared body: value/output projections, optional dot-product logits, masked softmax.
 
     Subclasses set ``kind`` (the registered name) and implement ``_synthetic_logits``.
     """
 
-    replaces_mlp = False
     kind = "synthesizer"
 
     def __init__(
         self,
-        *,
         dim: int,
         num_heads: int,
         max_len: int,
@@ -91,48 +90,28 @@ class _SynthesizerAttention(nnx.Module):
         dropout_rate: float,
         mix_dot_product: bool,
     ):
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        if num_heads < 1 or qkv_dim % num_heads:
-            raise ValueError(
-                f"{self.kind} attention: qkv_dim={qkv_dim} must be divisible by "
-                f"num_heads={num_heads}; change one of them"
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(
-                f"{self.kind} attention: dropout_rate must be in [0, 1), got {dropout_rate}"
-            )
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if max_len < 1:
-            raise ValueError(f"{self.kind} attention: max_len must be >= 1, got {max_len}")
+            raise ValueError(f"{self.label}: max_len must be >= 1, got {max_len}")
         if not isinstance(mix_dot_product, bool):
             raise ValueError(
-                f"{self.kind} attention: mix_dot_product must be a bool, got {mix_dot_product!r}"
+                f"{self.label}: mix_dot_product must be a bool, got {mix_dot_product!r}"
             )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.max_len = max_len
         if mix_dot_product:
-            self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-            self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
+            self.query = self._dense_in(rngs)
+            self.key = self._dense_in(rngs)
         else:
             self.query = self.key = None
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
+        self.value = self._dense_in(rngs)
+        self.out = self._dense_out(rngs)
 
     def _random_table(self, rngs: nnx.Rngs, shape: tuple[int, ...], trainable: bool):
         """A per-head Glorot-uniform table, learned or fixed."""
         if not isinstance(trainable, bool):
-            raise ValueError(
-                f"{self.kind} attention: trainable_random must be a bool, got {trainable!r}"
-            )
+            raise ValueError(f"{self.label}: trainable_random must be a bool, got {trainable!r}")
         init = nnx.initializers.glorot_uniform(batch_axis=(0,))
         value = init(rngs.params(), shape, jnp.float32)
         return nnx.Param(value) if trainable else FixedRandom(value)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
 
     def _synthetic_logits(self, x: jax.Array) -> jax.Array:
         """float[B or 1, H, L, L] logits for x float[B, L, D]."""
@@ -146,19 +125,8 @@ class _SynthesizerAttention(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        if not deterministic and rngs is None:
-            raise ValueError(
-                f"{self.kind} attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"{self.kind} attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        if n > self.max_len:
-            raise ValueError(
-                f"{self.kind} attention: sequence length {n} exceeds max_len={self.max_len}; "
-                "the synthetic logits have max_len key positions"
-            )
+        _, n = self._check_call(x, mask, deterministic, rngs)
+        self._check_length(n, "the synthetic logits have max_len key positions")
         v = self._heads(self.value(x))
         dtype = v.dtype
         logits = self._synthetic_logits(x).astype(dtype)
@@ -166,12 +134,7 @@ class _SynthesizerAttention(nnx.Module):
             q = self._heads(self.query(x)) * jnp.asarray(self.head_dim**-0.5, dtype)
             k = self._heads(self.key(x))
             logits = logits + jnp.einsum("bqhd,bkhd->bhqk", q, k)
-        key_mask = mask.astype(bool)[:, None, None, :]
-        logits = jnp.where(key_mask, logits, jnp.asarray(jnp.finfo(dtype).min, dtype))
-        weights = jax.nn.softmax(logits, axis=-1)
-        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
-        y = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, n, self.num_heads * self.head_dim)
-        return self.out(y)
+        return self.out(self._merge(self._attend(logits, v, mask, deterministic, rngs)))
 
 
 @register("synthesizer_dense")
@@ -191,16 +154,8 @@ class DenseSynthesizerAttention(_SynthesizerAttention):
         dropout_rate: float = 0.0,
         mix_dot_product: bool = False,
     ):
-        super().__init__(
-            dim=dim,
-            num_heads=num_heads,
-            max_len=max_len,
-            rngs=rngs,
-            qkv_dim=qkv_dim,
-            dropout_rate=dropout_rate,
-            mix_dot_product=mix_dot_product,
-        )
-        self.hidden = nnx.Linear(dim, self.num_heads * self.head_dim, rngs=rngs)
+        super().__init__(dim, num_heads, max_len, rngs, qkv_dim, dropout_rate, mix_dot_product)
+        self.hidden = self._dense_in(rngs)
         self.to_logits = nnx.Linear(self.head_dim, max_len, rngs=rngs)
 
     def _synthetic_logits(self, x: jax.Array) -> jax.Array:
@@ -229,15 +184,7 @@ class RandomSynthesizerAttention(_SynthesizerAttention):
         trainable_random: bool = True,
         mix_dot_product: bool = False,
     ):
-        super().__init__(
-            dim=dim,
-            num_heads=num_heads,
-            max_len=max_len,
-            rngs=rngs,
-            qkv_dim=qkv_dim,
-            dropout_rate=dropout_rate,
-            mix_dot_product=mix_dot_product,
-        )
+        super().__init__(dim, num_heads, max_len, rngs, qkv_dim, dropout_rate, mix_dot_product)
         self.random_logits = self._random_table(
             rngs, (num_heads, max_len, max_len), trainable_random
         )
@@ -266,17 +213,8 @@ class FactorizedSynthesizerAttention(_SynthesizerAttention):
         trainable_random: bool = True,
         mix_dot_product: bool = False,
     ):
-        super().__init__(
-            dim=dim,
-            num_heads=num_heads,
-            max_len=max_len,
-            rngs=rngs,
-            qkv_dim=qkv_dim,
-            dropout_rate=dropout_rate,
-            mix_dot_product=mix_dot_product,
-        )
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"{self.kind} attention: rank must be an integer >= 1, got {rank!r}")
+        super().__init__(dim, num_heads, max_len, rngs, qkv_dim, dropout_rate, mix_dot_product)
+        check_int(self.label, "rank", rank)
         shape = (num_heads, max_len, rank)
         self.random_left = self._random_table(rngs, shape, trainable_random)
         self.random_right = self._random_table(rngs, shape, trainable_random)

@@ -67,6 +67,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.attention.common import (
+    MultiHeadAttention,
+    from_blocks,
+    linear_context,
+    mask_logits,
+    to_blocks,
+    zero_padded,
+)
 from models.registry import register
 
 __all__ = ["DiagAttention", "NormAttention"]
@@ -80,58 +88,19 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 SCORES = ("softmax", "relu")
 
 
-def _check_common(name: str, qkv_dim: int, num_heads: int, dropout_rate: float) -> None:
-    if num_heads < 1 or qkv_dim % num_heads:
-        raise ValueError(
-            f"{name} attention: qkv_dim={qkv_dim} must be divisible by "
-            f"num_heads={num_heads}; change one of them"
-        )
-    if not 0.0 <= dropout_rate < 1.0:
-        raise ValueError(f"{name} attention: dropout_rate must be in [0, 1), got {dropout_rate}")
-
-
-def _output_norm(name: str, norm_type: str, width: int, rngs: nnx.Rngs) -> nnx.Module:
+def _output_norm(label: str, norm_type: str, width: int, rngs: nnx.Rngs) -> nnx.Module:
     if norm_type == "layernorm":
         return nnx.LayerNorm(width, rngs=rngs)
     if norm_type == "rmsnorm":
         return nnx.RMSNorm(width, rngs=rngs)
-    raise ValueError(f"{name} attention: norm_type must be one of {NORM_TYPES}, got {norm_type!r}")
-
-
-class _Projections(nnx.Module):
-    """Q/K/V/out projections, head split and call checks shared by both mechanisms."""
-
-    replaces_mlp = False
-
-    def __init__(self, name: str, dim: int, num_heads: int, qkv_dim: int, rngs: nnx.Rngs):
-        self.name = name
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = qkv_dim // num_heads
-        self.query = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.key = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.value = nnx.Linear(dim, qkv_dim, rngs=rngs)
-        self.out = nnx.Linear(qkv_dim, dim, rngs=rngs)
-
-    def _heads(self, y: jax.Array) -> jax.Array:
-        b, n, _ = y.shape
-        return y.reshape(b, n, self.num_heads, self.head_dim)
-
-    def _qkv(self, x, mask, deterministic, rngs):
-        if not deterministic and rngs is None:
-            raise ValueError(
-                f"{self.name} attention: deterministic=False needs rngs (an nnx.Rngs with a "
-                "'dropout' stream) for attention dropout"
-            )
-        b, n, _ = x.shape
-        if mask.shape != (b, n):
-            raise ValueError(f"{self.name} attention: mask shape {mask.shape} != (B, L) = {(b, n)}")
-        return self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
+    raise ValueError(f"{label}: norm_type must be one of {NORM_TYPES}, got {norm_type!r}")
 
 
 @register("transnormer_norm")
-class NormAttention(_Projections):
+class NormAttention(MultiHeadAttention):
     """TransNormer NormAttention: Norm(phi(Q) (phi(K)^T V)), no scaling, no denominator."""
+
+    kind = "transnormer_norm"
 
     def __init__(
         self,
@@ -145,18 +114,14 @@ class NormAttention(_Projections):
         kernel: str = "1+elu",
         norm_type: str = "layernorm",
     ):
-        name = "transnormer_norm"
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        _check_common(name, qkv_dim, num_heads, dropout_rate)
+        qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if kernel not in KERNELS:
             raise ValueError(
-                f"{name} attention: kernel must be one of {tuple(KERNELS)}, got {kernel!r}"
+                f"{self.label}: kernel must be one of {tuple(KERNELS)}, got {kernel!r}"
             )
-        super().__init__(name, dim, num_heads, qkv_dim, rngs)
-        self.max_len = max_len
+        self._init_projections(rngs)
         self.kernel = kernel
-        self.norm = _output_norm(name, norm_type, qkv_dim, rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
+        self.norm = _output_norm(self.label, norm_type, qkv_dim, rngs)
 
     def __call__(
         self,
@@ -166,20 +131,19 @@ class NormAttention(_Projections):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        q, k, v = self._qkv(x, mask, deterministic, rngs)
-        b, n, h, d = q.shape
+        self._check_call(x, mask, deterministic, rngs)
+        q, k, v = self._qkv(x)
         phi = KERNELS[self.kernel]
-        q = phi(q)
-        k = phi(k) * mask.astype(q.dtype)[:, :, None, None]
-        kv = jnp.einsum("bkhd,bkhe->bhde", k, v)
-        y = jnp.einsum("bqhd,bhde->bqhe", q, kv).reshape(b, n, h * d)
+        y = self._merge(linear_context(phi(q), zero_padded(phi(k), mask), v))
         y = self.dropout(self.norm(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)
 
 
 @register("transnormer_diag")
-class DiagAttention(_Projections):
+class DiagAttention(MultiHeadAttention):
     """TransNormer DiagAttention: softmax or ReLU attention inside non-overlapping blocks."""
+
+    kind = "transnormer_diag"
 
     def __init__(
         self,
@@ -194,27 +158,16 @@ class DiagAttention(_Projections):
         block_size: int = 64,
         norm_type: str = "layernorm",
     ):
-        name = "transnormer_diag"
-        qkv_dim = dim if qkv_dim is None else qkv_dim
-        _check_common(name, qkv_dim, num_heads, dropout_rate)
+        qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         if score not in SCORES:
-            raise ValueError(f"{name} attention: score must be one of {SCORES}, got {score!r}")
+            raise ValueError(f"{self.label}: score must be one of {SCORES}, got {score!r}")
         if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(
-                f"{name} attention: block_size must be a positive int, got {block_size!r}"
-            )
-        super().__init__(name, dim, num_heads, qkv_dim, rngs)
-        self.max_len = max_len
+            raise ValueError(f"{self.label}: block_size must be a positive int, got {block_size!r}")
+        self._init_projections(rngs)
         self.score = score
         self.block_size = block_size
         # The norm replaces the softmax's normalisation; T2 (softmax) has none.
-        self.norm = _output_norm(name, norm_type, qkv_dim, rngs) if score == "relu" else None
-        self.dropout = nnx.Dropout(dropout_rate)
-
-    def _blocks(self, y: jax.Array, pad: int) -> jax.Array:
-        """[B, L, ...] -> [B, G, C, ...], zero-padded at the end."""
-        y = jnp.pad(y, [(0, 0), (0, pad)] + [(0, 0)] * (y.ndim - 2))
-        return y.reshape(y.shape[0], -1, self.block_size, *y.shape[2:])
+        self.norm = _output_norm(self.label, norm_type, qkv_dim, rngs) if score == "relu" else None
 
     def __call__(
         self,
@@ -224,22 +177,21 @@ class DiagAttention(_Projections):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        q, k, v = self._qkv(x, mask, deterministic, rngs)
-        b, n, h, d = q.shape
+        _, n = self._check_call(x, mask, deterministic, rngs)
+        q, k, v = self._qkv(x)
         dtype = q.dtype
-        pad = -n % self.block_size
-        q = self._blocks(q * jnp.asarray(d**-0.5, dtype), pad)
-        k, v = self._blocks(k, pad), self._blocks(v, pad)
-        real_key = self._blocks(mask.astype(bool), pad)[:, None, :, None, :]  # [B, 1, G, 1, C]
+        c = self.block_size
+        q = to_blocks(q * jnp.asarray(self.head_dim**-0.5, dtype), c)
+        k, v = to_blocks(k, c), to_blocks(v, c)
+        real_key = to_blocks(mask.astype(bool), c)[:, None, :, None, :]  # [B, 1, G, 1, C]
 
         logits = jnp.einsum("bgqhd,bgkhd->bhgqk", q, k)
         if self.score == "softmax":
-            lowest = jnp.asarray(jnp.finfo(dtype).min, dtype)
-            weights = jax.nn.softmax(jnp.where(real_key, logits, lowest), axis=-1)
+            weights = jax.nn.softmax(mask_logits(logits, real_key), axis=-1)
         else:
             weights = jax.nn.relu(logits) * real_key.astype(dtype)
         weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
-        y = jnp.einsum("bhgqk,bgkhd->bgqhd", weights, v).reshape(b, -1, h * d)[:, :n]
+        y = self._merge(from_blocks(jnp.einsum("bhgqk,bgkhd->bgqhd", weights, v), n))
         if self.norm is not None:
             y = self.norm(y)
         return self.out(y)
