@@ -8,7 +8,7 @@
 #              lra-bench at the Figure-1 setting (Text, batch 20, 6 layers, d_model 128,
 #              lengths 1024..5120); an accelerator job. Output: results/figure1/.
 #   --tiny     the same pipeline on the tiny tasks on a CPU (experiment=figure1_tiny), the
-#              benchmark at lengths 1024..4096 with batch 2 and shorter timing windows.
+#              benchmark at lengths 1024..4096 with batch 2 and 3 one-step timing windows.
 #              Output: results/cpu-tiny/. Tiny-task CPU numbers, not LRA scores.
 #
 # The lra-* commands come from the active environment (or from $LRA_BIN/, e.g. .venv/bin/).
@@ -40,7 +40,7 @@ if [[ $tiny == 1 ]]; then
   tasks=(listops_tiny text_tiny retrieval_tiny image_tiny pathfinder_tiny pathx_tiny)
   experiment=figure1_tiny
   bench_args=(lengths=[1024,2048,3072,4096] batch_size=2 bench.warmup_steps=1 bench.windows=3
-    bench.steps_per_window=2)
+    bench.steps_per_window=1)
   report_args=(tasks=tiny figure_length=1024)
 else
   out="${out:-results/figure1}"
