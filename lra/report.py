@@ -516,11 +516,23 @@ def run_report(
     figure_length: int = 2048,
     reference_csv=None,
     show_reference: bool = True,
+    models=None,
 ) -> list[Path]:
-    """Read ``results_dir`` and write every report file into ``out_dir``; return their paths."""
+    """Read ``results_dir`` and write every report file into ``out_dir``; return their paths.
+
+    ``models`` (a list of model names) keeps only those models' records; None keeps all.
+    """
     from lra import figure
 
     records = load_records(results_dir)
+    if models:
+        wanted = set(models)
+        records = [r for r in records if r.get("model") in wanted]
+        if not records:
+            raise ConfigError(
+                f"no records of the models {sorted(wanted)} in results_dir {results_dir}; "
+                "check the model names or drop models=..."
+            )
     root = Path(results_dir).expanduser().resolve()
     lb = leaderboard(records, tasks)
     tables = efficiency(records)
@@ -552,6 +564,7 @@ def _report(cfg) -> None:
         figure_length=int(cfg.figure_length),
         reference_csv=cfg.reference_csv,
         show_reference=bool(cfg.show_reference),
+        models=list(cfg.models) if cfg.get("models") else None,
     ):
         print(f"wrote {path}", flush=True)
 

@@ -60,4 +60,4 @@ fi
 if [[ $bench == 1 ]]; then
   "${bin}lra-bench" -m "model=$models" "results_dir=$out/bench" "${bench_args[@]}"
 fi
-"${bin}lra-report" "results_dir=$out" "out_dir=$out" "${report_args[@]}"
+"${bin}lra-report" "results_dir=$out" "out_dir=$out" "models=[$models]" "${report_args[@]}"

@@ -327,3 +327,14 @@ def test_cli_on_empty_results_dir_fails_clearly_then_reports(official, tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "o2" / "leaderboard.md").is_file() and "wrote " in out.stdout
     assert not (tmp_path / "outputs").exists()  # no Hydra output folder
+
+
+def test_models_filter_keeps_only_the_named_models(tmp_path):
+    store = tmp_path / "store"
+    for model, seed in [("transformer", 0), ("performer", 0), ("local", 0)]:
+        write_record(train(model, "listops_tiny", seed, 0.5), store)
+    report.run_report(store, tmp_path / "out", tasks="tiny", models=["transformer", "performer"])
+    board = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "transformer" in board and "performer" in board and "| local |" not in board
+    with pytest.raises(ConfigError, match="no records of the models"):
+        report.run_report(store, tmp_path / "out2", tasks="tiny", models=["reformer"])
