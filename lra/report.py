@@ -34,10 +34,8 @@ on official tasks exist). Tiny-task numbers are labelled as such everywhere.
 import csv
 import io
 import json
-import os
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from lra.errors import ConfigError, DataError, LRAError
-from lra.results import read_records
+from lra.results import read_records, write_atomic
 
 OFFICIAL_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 TASK_SETS = {
@@ -476,23 +474,6 @@ def sources(lb: Leaderboard, tables: list[EfficiencyTable], fig=None, root=None)
 
 
 # ---------------------------------------------------------------- files and CLI
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def load_records(results_dir: str | Path) -> list[dict]:

@@ -101,22 +101,31 @@ def record_filename(record: dict) -> str:
     )
 
 
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, fsync and rename.
+
+    A reader never sees a half-written file; on any error the temporary file is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_record(record: dict, results_dir: str | Path) -> Path:
     """Write ``record`` atomically into ``results_dir``; return the final path."""
     folder = ensure_writable(results_dir)
-    final = folder / record_filename(record)
-    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle, indent=2, sort_keys=True, allow_nan=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, final)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return final
+    text = json.dumps(record, indent=2, sort_keys=True, allow_nan=True) + "\n"
+    return write_atomic(folder / record_filename(record), text)
 
 
 def read_records(results_dir: str | Path) -> list[dict]:
