@@ -15,10 +15,8 @@ from pathlib import Path
 
 import hydra
 
-from lra import measure
+from lra import CONFIG_DIR, measure
 from lra.errors import LRAError
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 def _report_errors(fn, *args):

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import CONFIG_DIR
 from lra.errors import ConfigError, DataError, LRAError
 from lra.results import read_records, write_atomic
 
@@ -53,9 +54,6 @@ TASK_SETS = {
 }
 TINY_NOTE = "tiny-task CPU numbers, not LRA scores"
 BASELINE = "transformer"
-# The folder lra.cli composes lra-train's config from (computed the same way here so that
-# lra-report does not import JAX); configs/report.yaml is the report's config.
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 MIB = 2**20
 
 
