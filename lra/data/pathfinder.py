@@ -55,7 +55,7 @@ import numpy as np
 
 from lra.data.release import release_candidates
 from lra.data.split import Split
-from lra.data.store import is_prepared, prepared_dir, read_prepared, write_prepared
+from lra.data.store import is_prepared, prepared_dir, write_prepared
 from lra.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -470,8 +470,3 @@ def prepare(task_cfg, data_dir: Path, num_workers: int | None = None) -> Path:
         "seconds": round(time.perf_counter() - start, 3),
     }
     return write_prepared(out, splits, meta)
-
-
-def load(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
-    """Load the prepared splits, cut to ``task.max_length`` (memory-mapped)."""
-    return read_prepared(prepared_dir(task_cfg, data_dir), task_cfg.max_length, command)

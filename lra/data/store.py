@@ -124,6 +124,11 @@ def read_prepared(folder: Path, max_length: int, command: str) -> dict[str, Spli
     return splits
 
 
+def load_prepared(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
+    """:func:`read_prepared` of the task's :func:`prepared_dir`, cut to ``task.max_length``."""
+    return read_prepared(prepared_dir(task_cfg, data_dir), task_cfg.max_length, command)
+
+
 def prepared_dir(task_cfg, data_dir: Path) -> Path:
     """Where a task's prepared data lives: ``data_dir/prepared/<task.data_subdir>``.
 

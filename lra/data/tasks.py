@@ -89,14 +89,9 @@ def _prepare_listops(task_cfg, data_dir: Path, num_workers: int | None) -> Path:
 
 def _load_listops(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
     """The stored form when prepared, else the TSVs as they are (an official archive)."""
-    target = store.prepared_dir(task_cfg, data_dir)
-    if store.is_prepared(target):
-        return store.read_prepared(target, task_cfg.max_length, command)
+    if store.is_prepared(store.prepared_dir(task_cfg, data_dir)):
+        return store.load_prepared(task_cfg, data_dir, command)
     return listops.load_listops(data_dir, task_cfg.data_subdir, task_cfg.max_length, command)
-
-
-def _load_prepared(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
-    return store.read_prepared(store.prepared_dir(task_cfg, data_dir), task_cfg.max_length, command)
 
 
 def _lazy_prepare(module: str):
@@ -111,8 +106,8 @@ def _lazy_prepare(module: str):
 
 DATASETS = {
     "listops": {"prepare": _prepare_listops, "load": _load_listops},
-    "text": {"prepare": _lazy_prepare("text"), "load": _load_prepared},
-    "image": {"prepare": _lazy_prepare("image"), "load": _load_prepared},
-    "retrieval": {"prepare": _lazy_prepare("retrieval"), "load": _load_prepared},
-    "pathfinder": {"prepare": _lazy_prepare("pathfinder"), "load": _load_prepared},
+    "text": {"prepare": _lazy_prepare("text"), "load": store.load_prepared},
+    "image": {"prepare": _lazy_prepare("image"), "load": store.load_prepared},
+    "retrieval": {"prepare": _lazy_prepare("retrieval"), "load": store.load_prepared},
+    "pathfinder": {"prepare": _lazy_prepare("pathfinder"), "load": store.load_prepared},
 }
