@@ -164,6 +164,7 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
         "windows": int(cfg.bench.windows),
         "steps_per_window": int(cfg.bench.steps_per_window),
     }
+    code_version = results.code_version()
     records = []
     for length in lengths:
         started_at, start = results.utc_now(), time.perf_counter()
@@ -183,7 +184,7 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
             **out,
             "precision": cfg.trainer.precision,
             "isolated": bool(cfg.bench.isolate),
-            "code_version": results.code_version(),
+            "code_version": code_version,
             "config_hash": results.config_hash(config),
             "started_at": started_at,
             "wall_seconds": time.perf_counter() - start,
