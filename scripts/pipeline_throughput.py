@@ -60,7 +60,6 @@ def pipeline_rate(split: Split, batch_size: int, batches: int, warmup: int = 5) 
 
 
 def train_rate(cfg, steps: int, max_memory_gb: float) -> str:
-    from lra import measure
     from lra.bench import measure_length
 
     out = measure_length(
@@ -77,7 +76,6 @@ def train_rate(cfg, steps: int, max_memory_gb: float) -> str:
         windows=1,
         steps_per_window=steps,
     )
-    measure.configure_cpu_memory_analysis()
     return f"{timed['train_steps_per_sec'] * cfg.trainer.batch_size:.1f}"
 
 
@@ -90,6 +88,9 @@ def main() -> None:
     parser.add_argument("--max-memory-gb", type=float, default=16.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    from lra import measure
+
+    measure.configure_cpu_memory_analysis()  # before JAX starts a backend: full CPU memory count
     rng = np.random.default_rng(0)
     lines = [
         "| task | batch | length x inputs | pipeline examples/s (median of "
