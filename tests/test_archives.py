@@ -51,8 +51,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if server.cut is not None:
             chunk = chunk[: server.cut]
-        self.wfile.write(chunk)
+        # Count before writing: the client can finish reading (and the test assert) before
+        # this thread runs another line after the write.
         server.bytes_sent += len(chunk)
+        self.wfile.write(chunk)
         self.close_connection = True
 
 
