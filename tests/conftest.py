@@ -8,6 +8,8 @@ from lra import measure  # noqa: E402
 
 measure.configure_cpu_memory_analysis()
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
@@ -49,3 +51,16 @@ def listops_tiny_dir(tmp_path_factory):
     cfg = make_config("task=listops_tiny", *SMALL_DATA)
     prepare_task(cfg.task, data_dir, num_workers=1)
     return data_dir
+
+
+def live_processes_in_group(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in process group ``pgid`` (Linux /proc)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields[0]: state, [2]: pgrp
+            alive.append(int(stat.parent.name))
+    return alive

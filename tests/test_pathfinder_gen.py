@@ -1,9 +1,16 @@
 """Pathfinder generator: ground truth, statistics, layout, reproducibility, resumption."""
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import live_processes_in_group
 from PIL import Image
 from scipy import ndimage
 
@@ -216,3 +223,147 @@ def test_other_arguments_raise(clean_run):
         _write(root, images_per_batch=4)
     with pytest.raises(DataError, match="num_images"):
         pg.write_pathfinder(root, 32, "curv_baseline", 0, seed=3, progress=False)
+
+
+# ---------------------------------------------------------------------------
+# Parallel runs: interruption, progress, worker failures
+
+INTERRUPT_ARGS = dict(seed=3, images_per_batch=4, num_workers=2, progress=False)
+INTERRUPT_IMAGES = 360  # about 4 s on 2 workers; interrupted after the first batch
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_ctrl_c_stops_workers_fast_and_resume_gives_the_same_files(tmp_path):
+    root = tmp_path / "interrupted"
+    folder = root / "pathfinder32" / "curv_baseline"
+    code = (
+        "from lra.data.pathfinder_gen import write_pathfinder\n"
+        f"write_pathfinder({str(root)!r}, 32, 'curv_baseline', {INTERRUPT_IMAGES}, "
+        f"**{INTERRUPT_ARGS!r})\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], start_new_session=True, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((folder / "metadata").glob("*.npy")):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no batch finished within 60 s"
+            time.sleep(0.02)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=5)
+        assert time.monotonic() - sent < 5
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stderr = proc.stderr.read()
+    assert rc != 0 and "KeyboardInterrupt" in stderr, stderr[-2000:]
+    # Workers were terminated with the parent (the resource tracker leaves once they are gone).
+    deadline = time.monotonic() + 5
+    while live_processes_in_group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_processes_in_group(proc.pid) == []
+    finished = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.glob("metadata/*.npy")}
+    num_batches = -(-INTERRUPT_IMAGES // INTERRUPT_ARGS["images_per_batch"])
+    assert 1 <= len(finished) < num_batches  # interrupted mid-run, finished batches kept
+    # Resume in this process: same files as one uninterrupted run; finished batches untouched.
+    pg.write_pathfinder(root, 32, "curv_baseline", INTERRUPT_IMAGES, **INTERRUPT_ARGS)
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in finished} == finished
+    reference = pg.write_pathfinder(
+        tmp_path / "reference", 32, "curv_baseline", INTERRUPT_IMAGES, **INTERRUPT_ARGS
+    )
+    assert _files(folder) == _files(reference)
+
+
+def test_progress_bar_moves_per_image(tmp_path, monkeypatch):
+    updates = []
+
+    class Bar:
+        def __init__(self, total, initial, **kw):
+            updates.append(initial)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            updates.append(n)
+
+    monkeypatch.setattr(pg, "tqdm", Bar)
+    # Two batches of 12 hard images (about 1 s each); the parent polls every 0.25 s.
+    pg.write_pathfinder(
+        tmp_path, 32, "curv_contour_length_14", 24, seed=3, images_per_batch=12, num_workers=2
+    )
+    shown = np.cumsum(updates)
+    assert updates[0] == 0 and shown[-1] == 24
+    # Per-batch updates would only ever show 0, 12 and 24 images.
+    assert any(n % 12 for n in shown), updates
+
+
+def test_worker_error_is_raised_in_the_parent(tmp_path):
+    folder = tmp_path / "pathfinder32" / "curv_baseline"
+    (folder / "imgs").mkdir(parents=True)
+    (folder / "imgs" / "1").write_text("a file where batch 1's folder goes")
+    with pytest.raises(NotADirectoryError):
+        pg.write_pathfinder(
+            tmp_path,
+            32,
+            "curv_baseline",
+            4,
+            seed=3,
+            images_per_batch=2,
+            num_workers=2,
+            progress=False,
+        )
+
+
+def test_unguarded_script_gets_the_spawn_guard_hint(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from lra.data.pathfinder_gen import write_pathfinder\n"
+        f"write_pathfinder({str(tmp_path / 'out')!r}, 32, 'curv_baseline', 4, seed=3, "
+        "images_per_batch=2, num_workers=2, progress=False)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "DataError" in out.stderr and "__name__ == '__main__'" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize(
+    "sig, to_group, status",
+    [
+        (signal.SIGINT, True, -signal.SIGINT),  # Ctrl-C in a terminal
+        (signal.SIGTERM, False, 128 + signal.SIGTERM),  # `kill` or `timeout`: the parent only
+    ],
+)
+def test_signal_stops_running_batches_at_once(tmp_path, sig, to_group, status):
+    # Two batches of 300 images: some 5 s each, far longer than the time allowed to stop.
+    folder = tmp_path / "pathfinder32" / "curv_baseline"
+    code = (
+        "from lra.data.pathfinder_gen import write_pathfinder\n"
+        f"write_pathfinder({str(tmp_path)!r}, 32, 'curv_baseline', 600, seed=3, "
+        "images_per_batch=300, num_workers=2, progress=False)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(folder.glob("imgs/*/sample_*.png")):  # the workers are generating
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        (os.killpg if to_group else os.kill)(proc.pid, sig)
+        assert proc.wait(timeout=5) == status
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # The workers went with the parent (orphans would finish their batch first).
+    deadline = time.monotonic() + 2
+    while live_processes_in_group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_processes_in_group(proc.pid) == []
+    assert not list(folder.glob("metadata/*.npy"))

@@ -89,7 +89,20 @@ contour_length, b))``, so the files depend on the arguments only, not on the
 worker count or on interruptions. A batch's metadata file is written (via a
 temporary file and ``os.replace``, as every PNG is) only after all its images;
 it marks the batch complete. A rerun skips complete batches and regenerates
-incomplete ones from scratch. Do not run two writers on one folder at once.
+incomplete ones from scratch (stray temporary files of a killed batch are
+removed). Do not run two writers on one folder at once.
+
+Parallel runs use a ``spawn`` :class:`multiprocessing.pool.Pool` whose workers
+ignore SIGINT and count every finished image in a shared counter; the parent
+polls its results every :data:`_POLL_SECONDS`, so the progress bar moves per
+image and Ctrl-C (or any exception in the parent) terminates the workers
+within about a second, leaving the complete batches in place, then re-raises.
+While the pool runs, SIGTERM (when its handler is the default one, in the main
+thread) raises ``SystemExit(143)`` in the parent the same way, instead of
+killing the parent alone and orphaning its workers.
+A worker that dies (e.g. a script without an ``if __name__ == '__main__':``
+guard, re-run by every spawned worker) raises DataError; an exception raised
+in a worker is re-raised in the parent.
 """
 
 from __future__ import annotations
@@ -99,8 +112,8 @@ import math
 import multiprocessing
 import os
 import shutil
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+import signal
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,6 +145,7 @@ _MAX_TARGET_ATTEMPTS = 2000  # regrowths of the target pair before giving up
 _DISTRACTOR_TRIES = 8  # placements tried per distractor before skipping it
 _BACKTRACKS = 1  # step retractions per target step before regrowing the pair
 _OCCUPANCY_RADIUS = 0.71  # > sqrt(2) / 2: a polyline's pixels are 4-connected
+_POLL_SECONDS = 0.25  # how often the parent updates progress and checks its workers
 
 
 class PathfinderSettingError(DataError, ValueError):
@@ -599,6 +613,84 @@ def _default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_images_done = None  # in a pool worker: the shared counter of finished images
+
+
+def _init_worker(counter) -> None:
+    """Pool initializer: the parent handles Ctrl-C (and terminates the workers)."""
+    global _images_done
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _images_done = counter
+
+
+def _count_image() -> None:
+    with _images_done.get_lock():
+        _images_done.value += 1
+
+
+def _pool_batch(folder: str, params: PathfinderParams, seed: int, batch: int, count: int) -> int:
+    return _write_batch(folder, params, seed, batch, count, on_image=_count_image)
+
+
+def _worker_pids(pool) -> set[int]:
+    # Pool replaces a worker that dies; without maxtasksperchild none exits otherwise, so a
+    # change in this set means a worker died (its batch would never report back).
+    return {p.pid for p in getattr(pool, "_pool", ())}
+
+
+def _exit_on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+    raise SystemExit(128 + signum)
+
+
+def _run_pool(folder: Path, params, seed: int, batches, counts, workers: int, bar) -> None:
+    """Generates ``batches`` in a spawn pool of ``workers``, updating ``bar`` per image."""
+    # Default SIGTERM would kill this process at once and orphan the workers; while they
+    # run, it raises SystemExit(143) instead (in the main thread, if nothing else handles it).
+    sigterm = threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    )
+    # "spawn": the parent may have started JAX threads, which fork would copy.
+    ctx = multiprocessing.get_context("spawn")
+    counter = ctx.Value("q", 0)
+    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(counter,))
+    try:
+        if sigterm:
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        pids = _worker_pids(pool)
+        pending = [
+            pool.apply_async(_pool_batch, (str(folder), params, seed, b, counts[b]))
+            for b in batches
+        ]
+        pool.close()
+        shown = 0
+        while pending:
+            pending[0].wait(_POLL_SECONDS)
+            for result in [r for r in pending if r.ready()]:
+                result.get()  # re-raises a worker's exception
+                pending.remove(result)
+            done = counter.value
+            bar.update(done - shown)
+            shown = done
+            if pending and _worker_pids(pool) != pids:
+                raise DataError(
+                    "Pathfinder worker processes died (killed, out of memory, or spawned from "
+                    "an unguarded script); if you call write_pathfinder from a script, guard "
+                    "the call with `if __name__ == '__main__':` (workers are spawned), or pass "
+                    "num_workers=1; complete batches are kept, so a rerun continues"
+                )
+        pool.join()
+    except BaseException:
+        # Ctrl-C, SIGTERM, a worker's error or a dead worker: stop the others now.
+        # Complete batches keep their metadata file; the next call regenerates the rest.
+        pool.terminate()
+        pool.join()
+        raise
+    finally:
+        if sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _check_generator_file(folder: Path, record: dict) -> None:
     path = folder / GENERATOR_FILE
     fix = f"delete {folder} to regenerate it, or call again with the arguments it was made with"
@@ -638,8 +730,10 @@ def write_pathfinder(
     Batches of ``images_per_batch`` (the last may be smaller) are generated in
     ``num_workers`` spawned processes (default: all CPUs). Resumable: complete
     batches (those with a metadata file) are skipped, others regenerated; the
-    output depends only on the arguments. A folder made with other arguments
-    raises DataError.
+    output depends only on the arguments. Ctrl-C stops the workers within about
+    a second (complete batches stay) and re-raises KeyboardInterrupt; SIGTERM
+    does the same and raises SystemExit(143). A folder made with other
+    arguments, or workers that die, raise DataError.
     """
     params = params_for(resolution, difficulty)
     for name, value, low in (
@@ -686,24 +780,5 @@ def write_pathfinder(
             for b in todo:
                 _write_batch(folder, params, seed, b, counts[b], on_image=lambda: bar.update(1))
             return folder
-        # "spawn": the parent may have started JAX threads, which fork would copy.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            pending = {
-                pool.submit(_write_batch, str(folder), params, seed, b, counts[b]) for b in todo
-            }
-            try:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        bar.update(future.result())
-            except BrokenProcessPool as err:
-                raise DataError(
-                    "Pathfinder worker processes died; if you call write_pathfinder from a "
-                    "script, guard the call with `if __name__ == '__main__':` (workers are "
-                    f"spawned), or pass num_workers=1 ({err})"
-                ) from err
-            finally:
-                for future in pending:
-                    future.cancel()
+        _run_pool(folder, params, seed, todo, counts, workers, bar)
     return folder

@@ -4,17 +4,23 @@ Each dataset kind (``task.dataset`` in the config) has a ``prepare`` function
 that writes its data into the prepared-data store (:mod:`lra.data.store`,
 ``data_dir/prepared/<task.data_subdir>``) and a ``load`` function that reads it
 back as ``{"train", "val", "test"} -> Split``. Preparing twice does no work the
-second time. Nothing here knows a model.
+second time beyond checking the stored files against the manifest in their
+``meta.json`` (sizes and SHA-256, :func:`lra.data.store.verify_prepared`); a
+damaged folder raises DataError naming :func:`rebuild_command`, and
+``prepare_task(..., rebuild=True)`` prepares the folder again from its sources
+(the old one is kept aside until the new one is complete, and restored if
+preparing fails). Loading verifies the folder too. Nothing here knows a model.
 """
 
 import importlib
 import os
+import shutil
 import time
 from pathlib import Path
 
 from lra.data import listops, store
 from lra.data.split import Split
-from lra.errors import ConfigError
+from lra.errors import ConfigError, DataError
 
 
 def default_data_dir() -> Path:
@@ -37,6 +43,11 @@ def prepare_command(task_name: str, data_dir: Path) -> str:
     return f"lra-data task={task_name} data_dir={data_dir}"
 
 
+def rebuild_command(task_name: str, data_dir: Path) -> str:
+    """The exact command that prepares ``task_name`` into ``data_dir`` again from its sources."""
+    return f"lra-data task={task_name} data_dir={data_dir} rebuild=true"
+
+
 def _dataset(task_cfg) -> str:
     kind = task_cfg.get("dataset")
     if kind not in DATASETS:
@@ -47,15 +58,57 @@ def _dataset(task_cfg) -> str:
     return kind
 
 
-def prepare_task(task_cfg, data_dir: Path, *, num_workers: int | None = None) -> Path:
-    """Prepare the data of a task into ``data_dir``; returns the folder it lives in."""
-    return DATASETS[_dataset(task_cfg)]["prepare"](task_cfg, data_dir, num_workers)
+def prepare_task(
+    task_cfg, data_dir: Path, *, num_workers: int | None = None, rebuild: bool = False
+) -> Path:
+    """Prepare the data of a task into ``data_dir``; returns the folder it lives in.
+
+    An already prepared folder is verified (:func:`lra.data.store.verify_prepared`)
+    and returned; when it is damaged, DataError names :func:`rebuild_command`.
+    With ``rebuild=True`` the folder (damaged or not) is prepared again from its
+    sources: the existing one is moved to a sibling ``<name>.aside-<pid>``,
+    deleted once the new one is complete, and moved back if preparing raises.
+    """
+    prepare = DATASETS[_dataset(task_cfg)]["prepare"]
+    data_dir = Path(data_dir)
+    target = store.prepared_dir(task_cfg, data_dir)
+    if not rebuild:
+        if store.is_prepared(target):
+            store.verify_prepared(target, rebuild_command(task_cfg.name, data_dir))
+            return target
+        return prepare(task_cfg, data_dir, num_workers)
+    if not target.exists():
+        return prepare(task_cfg, data_dir, num_workers)
+    aside = target.with_name(f"{target.name}.aside-{os.getpid()}")
+    if aside.exists():
+        shutil.rmtree(aside)
+    try:
+        os.replace(target, aside)
+    except OSError as err:
+        raise DataError(
+            f"cannot move {target} aside to rebuild it ({err}); delete it and prepare again "
+            f"with: {prepare_command(task_cfg.name, data_dir)}"
+        ) from None
+    try:
+        folder = prepare(task_cfg, data_dir, num_workers)
+    except BaseException:
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(aside, target)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+    return folder
 
 
 def load_task(task_cfg, data_dir: Path) -> dict[str, Split]:
-    """Load the train/val/test splits of a prepared task."""
+    """Load the train/val/test splits of a prepared task (verified against its manifest)."""
     kind = _dataset(task_cfg)
-    return DATASETS[kind]["load"](task_cfg, data_dir, prepare_command(task_cfg.name, data_dir))
+    return DATASETS[kind]["load"](
+        task_cfg,
+        data_dir,
+        prepare_command(task_cfg.name, data_dir),
+        rebuild_command(task_cfg.name, data_dir),
+    )
 
 
 def _prepare_listops(task_cfg, data_dir: Path, num_workers: int | None) -> Path:
@@ -87,10 +140,13 @@ def _prepare_listops(task_cfg, data_dir: Path, num_workers: int | None) -> Path:
     return store.write_prepared(target, splits, meta)
 
 
-def _load_listops(task_cfg, data_dir: Path, command: str) -> dict[str, Split]:
-    """The stored form when prepared, else the TSVs as they are (an official archive)."""
+def _load_listops(
+    task_cfg, data_dir: Path, command: str, rebuild_cmd: str | None = None
+) -> dict[str, Split]:
+    """The stored form when prepared (verified; a damaged one names ``rebuild_cmd``), else
+    the TSVs as they are (an official archive)."""
     if store.is_prepared(store.prepared_dir(task_cfg, data_dir)):
-        return store.load_prepared(task_cfg, data_dir, command)
+        return store.load_prepared(task_cfg, data_dir, command, rebuild_cmd)
     return listops.load_listops(data_dir, task_cfg.data_subdir, task_cfg.max_length, command)
 
 
