@@ -1,22 +1,31 @@
-"""Command-line entry points ``lra-train``, ``lra-data`` and ``lra-bench`` (Hydra apps).
+"""Command-line entry points ``lra-train``, ``lra-data``, ``lra-bench``, ``lra-eval`` (Hydra apps).
 
 ``lra-train`` and ``lra-data`` compose ``configs/config.yaml``, ``lra-bench``
 composes ``configs/bench.yaml``, each with the ``model``, ``task`` and
 ``trainer`` groups, so every override (``task=listops``, ``seed=3``,
 ``trainer.num_steps=10``, ``data_dir=...``) and Hydra's ``--help`` and ``-m``
-(multirun) work the same way in all of them. A user-facing error (:class:`LRAError`)
-prints one line, ``error: <what is wrong and what to do>``, and exits with
-status 2.
+(multirun) work the same way in all of them; ``lra-eval`` composes
+``configs/eval.yaml``. A user-facing error (:class:`LRAError`) prints one line,
+``error: <what is wrong and what to do>``, and exits with status 2; a run stopped
+by a signal prints one line saying how to resume and exits with 128 + the
+signal number; a second Ctrl-C exits at once with 130. In ``lra-train -m`` a
+failing job is written down and the sweep goes on (:mod:`lra.sweep`).
 """
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 
-from lra import CONFIG_DIR, measure
+from lra import CONFIG_DIR, measure, sweep
 from lra.errors import LRAError
+from lra.run.signals import Interrupted, rerun_command, terminate_raises_interrupt
+
+log = logging.getLogger("lra.cli")
 
 
 def _report_errors(fn, *args):
@@ -25,6 +34,9 @@ def _report_errors(fn, *args):
     except LRAError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except Interrupted as err:
+        print(f"interrupted: {err}: {rerun_command()}", file=sys.stderr, flush=True)
+        sys.exit(err.exit_code)
 
 
 def _mib(num_bytes) -> str:
@@ -55,8 +67,10 @@ def _train(cfg):
     from lra.train import train_and_evaluate
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return sweep.run_job(cfg, train_and_evaluate, summarize)
     record = train_and_evaluate(cfg)
-    print(summarize(record), flush=True)
+    log.info(summarize(record))
     return record["test_accuracy"]
 
 
@@ -68,7 +82,10 @@ def _data(cfg):
     from lra.data.tasks import prepare_task, resolve_data_dir
 
     data_dir = resolve_data_dir(cfg.data_dir)
-    folder = prepare_task(cfg.task, data_dir, num_workers=cfg.get("num_workers"))
+    with terminate_raises_interrupt():  # SIGTERM stops the generators' workers like Ctrl-C
+        folder = prepare_task(
+            cfg.task, data_dir, num_workers=cfg.get("num_workers"), rebuild=bool(cfg.rebuild)
+        )
     print(f"{cfg.task.name} data ready in {folder} ({_mib(_folder_bytes(folder))})", flush=True)
 
 
@@ -92,6 +109,16 @@ def _bench(cfg):
     run_benchmark(cfg, on_record=lambda record: print(bench_line(record), flush=True))
 
 
+def _eval(cfg):
+    from lra.evaluate import evaluate_run
+
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    out = evaluate_run(cfg.run, cfg.split, cfg.checkpoint, cfg.data_dir)
+    which = "best-validation parameters" if out["best"] else "parameters"
+    print(f"{cfg.run}: {which} of the checkpoint at step {out['step']}", file=sys.stderr)
+    print(f"{out['split']} accuracy {out['accuracy']:.4f}", flush=True)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def _train_app(cfg):
     return _report_errors(_train, cfg)
@@ -107,15 +134,48 @@ def _bench_app(cfg):
     return _report_errors(_bench, cfg)
 
 
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval")
+def _eval_app(cfg):
+    return _report_errors(_eval, cfg)
+
+
 def train_main():
-    """``lra-train``: train and evaluate one model on one task, write a record."""
+    """``lra-train``: train and evaluate one model on one task, write a record.
+
+    After a sweep (``-m``) with a failed job, exits with status 1.
+    """
     measure.configure_cpu_memory_analysis()
-    _train_app()
+    try:
+        _train_app()
+    except KeyboardInterrupt:  # the second Ctrl-C
+        print(
+            "interrupted: stopped at once; rerun the same command to resume from the last "
+            f"checkpoint: {rerun_command()}",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(130)  # at once: do not wait for background threads
+    if sweep.failed_jobs:
+        sys.exit(1)
+
+
+def eval_main():
+    """``lra-eval``: evaluate the saved model of a run folder on one split."""
+    _eval_app()
 
 
 def data_main():
     """``lra-data``: prepare the data of one task into ``data_dir``."""
-    _data_app()
+    try:
+        _data_app()
+    except KeyboardInterrupt:
+        print(
+            "interrupted: finished work is kept; rerun the same command to go on: "
+            f"{rerun_command()}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(130)
 
 
 def bench_main():

@@ -121,19 +121,36 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     return path
 
 
+def record_text(record: dict) -> str:
+    """The JSON text of a record as it is stored."""
+    return json.dumps(record, indent=2, sort_keys=True, allow_nan=True) + "\n"
+
+
 def write_record(record: dict, results_dir: str | Path) -> Path:
-    """Write ``record`` atomically into ``results_dir``; return the final path."""
+    """Write ``record`` atomically into ``results_dir`` under a new unique name; return the path.
+
+    Training records live in their run folder instead (:mod:`lra.run.folder`).
+    """
     folder = ensure_writable(results_dir)
-    text = json.dumps(record, indent=2, sort_keys=True, allow_nan=True) + "\n"
-    return write_atomic(folder / record_filename(record), text)
+    return write_atomic(folder / record_filename(record), record_text(record))
+
+
+# Folders inside run folders that hold no records (checkpoints are many small files).
+NOT_RECORD_DIRS = ("checkpoints",)
+
+
+def _json_files(folder: Path) -> list[Path]:
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in NOT_RECORD_DIRS and not d.startswith(".")]
+        found += [Path(root) / f for f in files if f.endswith(".json") and not f.startswith(".")]
+    return sorted(found)
 
 
 def read_records(results_dir: str | Path) -> list[dict]:
-    """Every record in ``results_dir`` (recursively), each with its ``path`` added."""
+    """Every record in ``results_dir`` (recursively, run folders included), with ``path`` added."""
     records = []
-    for path in sorted(Path(results_dir).rglob("*.json")):
-        if path.name.startswith("."):
-            continue
+    for path in _json_files(Path(results_dir)):
         with path.open() as handle:
             try:
                 record = json.load(handle)

@@ -122,17 +122,18 @@ class Compiled(NamedTuple):
     """A freshly initialised train state and its ahead-of-time compiled steps."""
 
     state: TrainState
-    train_step: Any  # (state, batch, key) -> (state, metrics); donates state
+    train_step: Any  # (state, batch, key) -> (state, metrics); donates state; None if not asked
     eval_step: Any  # (params, batch) -> {"loss_sum", "correct", "count"}
     dropout_key: jax.Array
     num_params: int
 
 
-def compile_steps(cfg, example_batch: dict) -> Compiled:
+def compile_steps(cfg, example_batch: dict, *, train: bool = True) -> Compiled:
     """Build the model of ``cfg`` (seeded by ``cfg.seed``), init the optimizer, compile.
 
     Compiling here, before any timed work, keeps compilation out of every speed
     measurement and gives the compiled memory analysis and FLOPs up front.
+    ``train=False`` compiles the eval step only (``train_step`` is None).
     """
     model = build_model(cfg, nnx.Rngs(params=jax.random.key(int(cfg.seed))))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -140,6 +141,10 @@ def compile_steps(cfg, example_batch: dict) -> Compiled:
     train_step, eval_step = make_steps(graphdef, rest, tx, cfg.trainer.precision)
     state = TrainState(params, tx.init(params), jnp.zeros((), jnp.int32))
     dropout_key = jax.random.key(int(cfg.seed), impl="rbg")
-    train = jax.jit(train_step, donate_argnums=0).lower(state, example_batch, dropout_key)
-    evaluate = jax.jit(eval_step).lower(state.params, example_batch)
-    return Compiled(state, train.compile(), evaluate.compile(), dropout_key, count_params(params))
+    evaluate = jax.jit(eval_step).lower(state.params, example_batch).compile()
+    if train:
+        lowered = jax.jit(train_step, donate_argnums=0).lower(state, example_batch, dropout_key)
+        train_step = lowered.compile()
+    else:
+        train_step = None
+    return Compiled(state, train_step, evaluate, dropout_key, count_params(params))

@@ -5,24 +5,40 @@ classifier, compiles the train and eval steps ahead of time (so compilation is
 never timed and its memory analysis and FLOPs are known before step 1), trains
 with periodic validation, evaluates the test split at the selected checkpoint
 (``best_val``: the best validation accuracy, ties to the earlier step; or
-``last``), and writes one results record (see :mod:`lra.results`).
+``last``), and writes one results record (see :mod:`lra.results`) into the run
+folder.
+
+Each run lives in its run folder (:mod:`lra.run`): a lock keeps one trainer per
+folder, checkpoints are saved every ``trainer.checkpoint_every`` steps, every
+``trainer.checkpoint_minutes`` and at the end, a stop signal saves one at the next
+step boundary, and rerunning the same command resumes from the newest checkpoint
+(``trainer.resume``) or, for a finished run, reports it done (``trainer.skip_done``).
+A resumed run gives the record an uninterrupted run gives.
 """
 
+import logging
 import math
+import socket
 import time
 
 import jax
 import numpy as np
 from omegaconf import OmegaConf
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from lra import measure, results
 from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import load_task, resolve_data_dir
 from lra.errors import ConfigError, LRAError
+from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
+from lra.run.folder import RESUME_MODES, RunFolder
+from lra.run.lock import RunLock
+from lra.run.signals import Interrupted, StopSignals
 from lra.steps import compile_steps
 
 SELECTIONS = ("best_val", "last")
+log = logging.getLogger("lra.train")
 
 
 class TrainingDiverged(LRAError):
@@ -40,7 +56,7 @@ def _flush(pending: list, step: int, bar, timer) -> dict:
                 f"the training loss became {loss} at step {first + i}; lower "
                 "trainer.learning_rate, set trainer.grad_clip=1.0, or use trainer.precision=fp32"
             )
-    bar.update(len(pending))
+    bar.update(step - bar.n)
     bar.set_postfix(
         loss=f"{np.mean(losses):.4f}",
         acc=f"{np.mean([float(m['accuracy']) for m in host]):.3f}",
@@ -76,91 +92,207 @@ def majority_rate(labels: np.ndarray) -> float:
 
 
 def _check_trainer(trainer) -> None:
-    if trainer.selection not in SELECTIONS:
-        raise ConfigError(
-            f"unknown trainer.selection {trainer.selection!r}; "
-            f"choose one of {', '.join(SELECTIONS)}"
-        )
-    for key in ("num_steps", "batch_size", "eval_every", "log_every"):
-        if int(trainer[key]) < 1:
-            raise ConfigError(f"trainer.{key} must be at least 1, got {trainer[key]}")
+    for key, allowed in (("selection", SELECTIONS), ("resume", RESUME_MODES)):
+        if trainer[key] not in allowed:
+            raise ConfigError(
+                f"unknown trainer.{key} {trainer[key]!r}; choose one of {', '.join(allowed)}"
+            )
+    for key, low in (
+        ("num_steps", 1),
+        ("batch_size", 1),
+        ("eval_every", 1),
+        ("log_every", 1),
+        ("keep_checkpoints", 1),
+        ("checkpoint_every", 0),
+        ("checkpoint_minutes", 0),
+    ):
+        if float(trainer[key]) < low:
+            raise ConfigError(f"trainer.{key} must be at least {low}, got {trainer[key]}")
+
+
+def resolved_config(cfg, data_dir, results_dir) -> dict:
+    """The run's config as plain data, with the paths it really uses."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["data_dir"], config["results_dir"] = str(data_dir), str(results_dir)
+    return config
 
 
 def train_and_evaluate(cfg) -> dict:
-    """Train ``cfg.model`` on ``cfg.task``, evaluate, write the record; return it.
+    """Train ``cfg.model`` on ``cfg.task`` (resuming its run folder), evaluate, write the record.
 
-    The returned record has ``record_path`` set to the JSON file written.
+    Returns the record with ``record_path`` set to the JSON file written; a run
+    already finished (and ``trainer.skip_done``) returns its record with ``skipped``.
+    Raises :class:`Interrupted` after saving a checkpoint when a stop signal came.
     """
-    started_at = results.utc_now()
-    wall_start = time.perf_counter()
+    session_start, started_at = time.perf_counter(), results.utc_now()
     trainer = cfg.trainer
     _check_trainer(trainer)
     results_dir = results.ensure_writable(cfg.results_dir)
     data_dir = resolve_data_dir(cfg.data_dir)
+    run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))
+    if trainer.skip_done and trainer.resume != "never" and (done := run.finished_record()):
+        log.info(
+            f"{run.key} is already done ({run.record_path}); trainer.skip_done=false reruns it"
+        )
+        return {**done, "record_path": str(run.record_path), "skipped": True}
+
     splits = load_task(cfg.task, data_dir)
-
     batch_size = int(trainer.batch_size)
-    example = next(train_batches(splits["train"], batch_size, int(cfg.seed)))
-    compiled = compile_steps(cfg, example)
-    state, train_compiled, eval_compiled = compiled.state, compiled.train_step, compiled.eval_step
-    dropout_key = compiled.dropout_key
+    compiled = compile_steps(cfg, next(train_batches(splits["train"], batch_size, int(cfg.seed))))
+    with RunLock(run.path, started_at) as lock, StopSignals() as stop:
+        if lock.took_over:
+            log.warning(f"took over the lock of a stopped trainer: {lock.took_over}")
+        run.claim(trainer.resume)
+        ckpts = Checkpoints(
+            run.path,
+            keep=trainer.keep_checkpoints,
+            every_steps=trainer.checkpoint_every,
+            every_minutes=trainer.checkpoint_minutes,
+        )
+        try:
+            note = {"at": started_at, "host": socket.gethostname(), "code": results.code_version()}
+            state, best_params, progress = start_or_resume(
+                ckpts, compiled.state, trainer.resume, note
+            )
+            prior_wall = progress.wall_seconds
+            if progress.step:
+                log.info(f"resuming {run.key} from step {progress.step} ({ckpts.folder})")
+            state, best_params, progress = _train(
+                cfg,
+                compiled,
+                splits,
+                jax.device_put(state),
+                best_params,
+                progress,
+                ckpts,
+                stop,
+                session_start,
+            )
+            kept = ckpts.wait()
+        finally:
+            ckpts.close()
 
-    num_steps = int(trainer.num_steps)
+        if trainer.selection == "best_val":
+            selected, selected_step = best_params, progress.best_step
+            val_accuracy = progress.best_accuracy
+        else:
+            selected, selected_step = state.params, progress.step
+            val_accuracy = progress.history[-1]["val_accuracy"]
+        eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
+        test = evaluate(compiled.eval_step, selected, splits["test"], batch_size, None, eval_timer)
+        record = _record(cfg, run, compiled, splits, progress, test, eval_timer)
+        record.update(
+            val_accuracy=val_accuracy,
+            selected_step=selected_step,
+            checkpoint_steps=kept,
+            wall_seconds=prior_wall + time.perf_counter() - session_start,
+        )
+        record["record_path"] = str(run.write_record(record))
+    return record
+
+
+def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, session_start):
+    """Train from ``progress.step`` to ``trainer.num_steps``: ``(state, best_params, progress)``.
+
+    Steps since the last log line keep their metrics in ``pending``; a checkpoint
+    stores them, so a resumed run logs exactly what an uninterrupted one logs.
+    The session's first step is an untimed warm-up; saves are outside timed windows.
+    """
+    trainer = cfg.trainer
+    num_steps, batch_size = int(trainer.num_steps), int(trainer.batch_size)
     eval_every, log_every = int(trainer.eval_every), int(trainer.log_every)
-    train_timer, eval_timer = measure.WindowTimer(), measure.WindowTimer()
-    history, best = [], {"accuracy": -1.0, "step": 0, "params": None}
-    pending: list = []
-    bar = tqdm(total=num_steps, disable=not trainer.progress, unit="step", dynamic_ncols=True)
-    batches = prefetch(train_batches(splits["train"], batch_size, int(cfg.seed)))
+    train_timer = measure.WindowTimer(progress.train_steps, progress.train_seconds)
+    eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
+    prior_wall, pending, timed = progress.wall_seconds, list(progress.pending), None
+
+    def save(step: int) -> None:
+        progress.step, progress.pending = (
+            step,
+            [{k: float(v) for k, v in m.items()} for m in jax.device_get(pending)],
+        )
+        progress.train_steps, progress.train_seconds = train_timer.steps, train_timer.seconds
+        progress.eval_steps, progress.eval_seconds = eval_timer.steps, eval_timer.seconds
+        progress.wall_seconds = prior_wall + time.perf_counter() - session_start
+        progress.checkpoint_seconds += ckpts.save(step, state, best_params, progress)
+        progress.checkpoint_saves += 1
+
+    def stopped(step: int, saved: str) -> Interrupted:
+        return Interrupted(
+            f"stopped by {stop.name} at step {step} of {num_steps}; {saved}; "
+            "rerun the same command to resume",
+            stop.received,
+        )
+
+    if stop.requested:
+        raise stopped(progress.step, "nothing new to save")
+    bar = tqdm(
+        total=num_steps,
+        initial=progress.step,
+        disable=not trainer.progress,
+        unit="step",
+        dynamic_ncols=True,
+    )
+    batches = prefetch(
+        train_batches(splits["train"], batch_size, int(cfg.seed), start_step=progress.step)
+    )
     try:
-        for step in range(1, num_steps + 1):
-            state, metrics = train_compiled(state, next(batches), dropout_key)
-            pending.append(metrics)
-            is_eval = step % eval_every == 0 or step == num_steps
-            if not (step == 1 or is_eval or step % log_every == 0):
-                continue
-            if step > 1:  # step 1 is the untimed warm-up
-                train_timer.stop(len(pending), state)
-            entry = _flush(pending, step, bar, train_timer)
-            pending = []
-            if is_eval:
-                val = evaluate(
-                    eval_compiled,
-                    state.params,
-                    splits["val"],
-                    batch_size,
-                    trainer.get("eval_batches"),
-                    eval_timer,
-                )
-                entry.update(val_accuracy=val["accuracy"], val_loss=val["loss"])
-                bar.write(f"step {step}: val accuracy {val['accuracy']:.4f} loss {val['loss']:.4f}")
-                if trainer.selection == "best_val" and val["accuracy"] > best["accuracy"]:
-                    best = {
-                        "accuracy": val["accuracy"],
-                        "step": step,
-                        "params": jax.device_get(state.params),
-                    }
-            history.append(entry)
-            train_timer.start()
+        with logging_redirect_tqdm():
+            for step in range(progress.step + 1, num_steps + 1):
+                state, metrics = compiled.train_step(state, next(batches), compiled.dropout_key)
+                pending.append(metrics)
+                if timed is None:  # the warm-up step: await it, then time what follows
+                    jax.block_until_ready(state)
+                    train_timer.start()
+                    timed = 0
+                else:
+                    timed += 1
+                is_eval = step % eval_every == 0 or step == num_steps
+                if step == 1 or is_eval or step % log_every == 0:
+                    train_timer.stop(timed, state)
+                    entry = _flush(pending, step, bar, train_timer)
+                    pending = []
+                    if is_eval:
+                        val = evaluate(
+                            compiled.eval_step,
+                            state.params,
+                            splits["val"],
+                            batch_size,
+                            trainer.get("eval_batches"),
+                            eval_timer,
+                        )
+                        entry.update(val_accuracy=val["accuracy"], val_loss=val["loss"])
+                        log.info(
+                            f"step {step}: val accuracy {val['accuracy']:.4f} "
+                            f"loss {val['loss']:.4f}"
+                        )
+                        if (
+                            trainer.selection == "best_val"
+                            and val["accuracy"] > progress.best_accuracy
+                        ):
+                            progress.best_accuracy, progress.best_step = val["accuracy"], step
+                            best_params = host_copy(state.params)
+                    progress.history.append(entry)
+                    train_timer.start()
+                    timed = 0
+                if step == num_steps or stop.requested or ckpts.due(step):
+                    train_timer.stop(timed, state)
+                    save(step)
+                    if stop.requested:
+                        raise stopped(step, f"checkpoint saved in {ckpts.folder}")
+                    train_timer.start()
+                    timed = 0
     finally:
         bar.close()
         batches.close()
+    return state, best_params, progress
 
-    final_val = history[-1]["val_accuracy"]
-    if trainer.selection == "best_val":
-        selected_params, selected_step, val_accuracy = (
-            best["params"],
-            best["step"],
-            best["accuracy"],
-        )
-    else:
-        selected_params, selected_step, val_accuracy = state.params, num_steps, final_val
-    test = evaluate(eval_compiled, selected_params, splits["test"], batch_size, None, eval_timer)
 
+def _record(cfg, run, compiled, splits, progress, test, eval_timer) -> dict:
+    """The results record of a finished run (selection fields are added by the caller)."""
+    train_compiled = compiled.train_step
     memory_bytes, memory_source = measure.peak_memory(train_compiled)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config["data_dir"], config["results_dir"] = str(data_dir), str(results_dir)
-    record = {
+    train_rate = progress.train_steps / progress.train_seconds if progress.train_seconds else None
+    return {
         "schema_version": results.SCHEMA_VERSION,
         "kind": "train",
         "model": cfg.model.name,
@@ -169,12 +301,10 @@ def train_and_evaluate(cfg) -> dict:
         "test_accuracy": test["accuracy"],
         "test_loss": test["loss"],
         "test_majority_rate": majority_rate(splits["test"].labels),
-        "val_accuracy": val_accuracy,
-        "final_val_accuracy": final_val,
-        "selection": trainer.selection,
-        "selected_step": selected_step,
-        "num_steps": num_steps,
-        "train_steps_per_sec": train_timer.steps_per_sec,
+        "final_val_accuracy": progress.history[-1]["val_accuracy"],
+        "selection": cfg.trainer.selection,
+        "num_steps": int(cfg.trainer.num_steps),
+        "train_steps_per_sec": train_rate,
         "eval_steps_per_sec": eval_timer.steps_per_sec,
         "peak_memory_bytes": memory_bytes,
         "memory_source": memory_source,
@@ -182,13 +312,15 @@ def train_and_evaluate(cfg) -> dict:
         "flops_per_step": measure.compiled_flops(train_compiled),
         "num_params": compiled.num_params,
         **measure.environment(),
-        "precision": trainer.precision,
+        "precision": cfg.trainer.precision,
         "code_version": results.code_version(),
-        "config_hash": results.config_hash(config),
-        "started_at": started_at,
-        "wall_seconds": time.perf_counter() - wall_start,
-        "history": history,
-        "config": config,
+        "config_hash": results.config_hash(run.config),
+        "run_key": run.key,
+        "run_dir": str(run.path),
+        "resumed_from": progress.resumed_from,
+        "checkpoint_saves": progress.checkpoint_saves,
+        "checkpoint_seconds": progress.checkpoint_seconds,
+        "started_at": progress.started_at,
+        "history": progress.history,
+        "config": run.config,
     }
-    record["record_path"] = str(results.write_record(record, results_dir))
-    return record

@@ -55,7 +55,7 @@ def main() -> None:
     ]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
-    records = [json.loads(p.read_text()) for p in Path(args.records).glob("*.json")]
+    records = [json.loads(p.read_text()) for p in Path(args.records).glob("*/record.json")]
     text = table(records)
     Path(args.records, "README.md").write_text(
         "listops_tiny, every model, the default job's budget (2000 steps), seed 0, CPU.\n"

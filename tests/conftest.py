@@ -44,6 +44,21 @@ def make_config(*overrides: str):
         return compose(config_name="config", overrides=list(overrides))
 
 
+def train_small(data_dir, results_dir, *overrides: str) -> dict:
+    """``train_and_evaluate`` of the small listops_tiny run, with ``overrides`` last."""
+    from lra.train import train_and_evaluate
+
+    cfg = make_config(
+        "task=listops_tiny",
+        f"data_dir={data_dir}",
+        f"results_dir={results_dir}",
+        *SMALL_DATA,
+        *SMALL_RUN,
+        *overrides,
+    )
+    return train_and_evaluate(cfg)
+
+
 @pytest.fixture(scope="session")
 def listops_tiny_dir(tmp_path_factory):
     """A data_dir holding a small listops_tiny data set."""

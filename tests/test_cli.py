@@ -2,12 +2,14 @@
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_DATA, SMALL_RUN
+from conftest import SMALL_DATA, SMALL_RUN, live_processes_in_group
 
 BIN = Path(sys.executable).parent
 
@@ -21,7 +23,7 @@ def cli(name, *args, cwd):
 
 
 def records_in(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*/record.json"))]
 
 
 def test_help_lists_the_config_groups(tmp_path):
@@ -71,9 +73,8 @@ def test_train_with_overrides_prints_summary_and_writes_record(listops_tiny_dir,
     assert str(tmp_path / "records") in out.stdout
 
 
-def test_multirun_over_two_seeds_leaves_two_records(listops_tiny_dir, tmp_path):
-    out = cli(
-        "lra-train",
+def test_multirun_finishes_past_failing_jobs_and_a_rerun_trains_nothing(listops_tiny_dir, tmp_path):
+    common = [
         "-m",
         "seed=0,1",
         "task=listops_tiny",
@@ -81,10 +82,45 @@ def test_multirun_over_two_seeds_leaves_two_records(listops_tiny_dir, tmp_path):
         f"results_dir={tmp_path / 'records'}",
         *SMALL_DATA,
         *SMALL_RUN,
+    ]
+    sweep = tmp_path / "sweep"
+    out = cli(
+        "lra-train",
+        *common,
+        "trainer.selection=best_val,bogus",
+        f"hydra.sweep.dir={sweep}",
         cwd=tmp_path,
     )
-    assert out.returncode == 0, out.stderr
-    assert sorted(r["seed"] for r in records_in(tmp_path / "records")) == [0, 1]
+    assert out.returncode == 1, out.stderr
+    records = records_in(tmp_path / "records")
+    assert sorted(r["seed"] for r in records) == [0, 1]
+    summary = (sweep / "summary.md").read_text()
+    assert summary in out.stdout and "2 done, 2 failed." in summary
+    assert "unknown trainer.selection 'bogus'" in summary
+    rows = json.loads((sweep / "summary.json").read_text())
+    assert [(r["seed"], r["status"]) for r in rows] == [
+        (0, "done"),
+        (0, "failed"),
+        (1, "done"),
+        (1, "failed"),
+    ]
+    assert json.loads(Path(rows[2]["record"]).read_text())["seed"] == 1
+    assert "test accuracy" in (sweep / "0" / "lra.log").read_text()
+    assert "unknown trainer.selection 'bogus'" in (sweep / "1" / "lra.log").read_text()
+
+    stamps = [p.stat().st_mtime_ns for p in sorted((tmp_path / "records").glob("*/record.json"))]
+    again = cli("lra-train", *common, f"hydra.sweep.dir={tmp_path / 'again'}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "2 skipped." in (tmp_path / "again" / "summary.md").read_text()
+    assert "val accuracy" not in again.stdout  # nothing was trained
+    assert stamps == [
+        p.stat().st_mtime_ns for p in sorted((tmp_path / "records").glob("*/record.json"))
+    ]
+
+    [seed0] = [r for r in records if r["seed"] == 0]
+    evaluated = cli("lra-eval", f"run={seed0['run_dir']}", "split=test", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert evaluated.stdout.strip() == f"test accuracy {seed0['test_accuracy']:.4f}"
 
 
 @pytest.mark.parametrize("group", ["model", "task"])
@@ -125,3 +161,63 @@ def test_unwritable_results_dir_is_one_clear_error(listops_tiny_dir, tmp_path):
     assert out.returncode == 2
     assert "not writable" in out.stderr and "results_dir=" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_lra_data_finds_a_damaged_file_and_rebuilds_on_request(listops_tiny_dir, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(listops_tiny_dir, data)
+    labels = data / "prepared" / "listops_tiny" / "val.labels.npy"
+    labels.write_bytes(labels.read_bytes()[:-8])  # truncated
+    args = ["task=listops_tiny", f"data_dir={data}", *SMALL_DATA]
+    rebuild = f"lra-data task=listops_tiny data_dir={data} rebuild=true"
+    for name in ("lra-data", "lra-train"):
+        out = cli(name, *args, f"results_dir={tmp_path / 'r'}", cwd=tmp_path)
+        assert out.returncode == 2, (name, out.stderr)
+        assert str(labels) in out.stderr and rebuild in out.stderr, (name, out.stderr)
+        assert "Traceback" not in out.stderr
+    fixed = cli("lra-data", *args, "rebuild=true", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert (
+        labels.read_bytes()
+        == (listops_tiny_dir / "prepared/listops_tiny/val.labels.npy").read_bytes()
+    )
+
+
+def test_sigterm_stops_pathfinder_generation_within_seconds_and_a_rerun_goes_on(tmp_path):
+    args = [
+        "task=pathfinder_tiny",
+        f"data_dir={tmp_path}",
+        "num_workers=2",
+        "task.source.num_images=400",
+        "task.source.images_per_batch=20",
+    ]
+    script = BIN / "lra-data"
+    proc = subprocess.Popen(
+        [str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    metadata = (
+        tmp_path / "generated" / "pathfinder_tiny" / "pathfinder32" / "curv_baseline" / "metadata"
+    )
+    deadline = time.monotonic() + 120
+    while not list(metadata.glob("*.npy")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert "interrupted: finished work is kept" in stderr
+    finished = {p.name: p.stat().st_mtime_ns for p in metadata.glob("*.npy")}
+    assert 1 <= len(finished) < 20
+    time.sleep(0.5)
+    assert live_processes_in_group(proc.pid) == []  # no worker outlives the command
+    again = cli("lra-data", *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len(list(metadata.glob("*.npy"))) == 20
+    assert {name: (metadata / name).stat().st_mtime_ns for name in finished} == finished
+    assert "pathfinder_tiny data ready" in again.stdout

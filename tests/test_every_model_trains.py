@@ -48,7 +48,7 @@ def test_every_model_trains_in_one_multirun(listops_tiny_dir, tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     found = {}
-    for path in records.glob("*.json"):
+    for path in records.glob("*/record.json"):
         record = json.loads(path.read_text())
         found[record["model"]] = record
     assert sorted(found) == MODEL_CONFIGS

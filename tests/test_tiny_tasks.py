@@ -65,7 +65,7 @@ def test_one_multirun_over_the_six_tiny_tasks_leaves_six_records(tiny_data_dir, 
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    records = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*/record.json")]
     assert sorted(r["task"] for r in records) == sorted(SMALLER)
     for record in records:
         assert record["model"] == "transformer"

@@ -1,0 +1,63 @@
+"""Run identity: which settings change a run's result, and the folder that follows.
+
+The run key is ``<model>-<task>-s<seed>-<hash>``, where ``hash`` is the first 10 hex
+digits of the SHA-256 of the resolved config *less* everything that cannot change
+the numbers a run produces: paths (``data_dir``, ``results_dir``), worker counts,
+the progress bar and log cadence, checkpoint cadence, the resume and skip-done
+switches, and the seed (already in the key). Two commands that differ only in
+those keys share one run folder; any other difference gives another folder, so a
+checkpoint can never be resumed under a config it was not made with.
+"""
+
+import copy
+import hashlib
+import json
+import re
+from pathlib import Path
+
+# Bumped when the keys below change, so old and new hashes never coincide by accident.
+IDENTITY_VERSION = 1
+
+# Top-level keys that never change a result.
+NON_RESULT_KEYS = ("seed", "data_dir", "results_dir", "num_workers", "rebuild", "logger", "hydra")
+# trainer.* keys that never change a result (progress display, logging and durability).
+NON_RESULT_TRAINER_KEYS = (
+    "progress",
+    "log_every",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "keep_checkpoints",
+    "resume",
+    "skip_done",
+)
+
+
+def result_config(config: dict) -> dict:
+    """``config`` (a resolved plain dict) without the keys that cannot change the result."""
+    kept = {k: copy.deepcopy(v) for k, v in config.items() if k not in NON_RESULT_KEYS}
+    trainer = kept.get("trainer")
+    if isinstance(trainer, dict):
+        kept["trainer"] = {k: v for k, v in trainer.items() if k not in NON_RESULT_TRAINER_KEYS}
+    return kept
+
+
+def result_hash(config: dict) -> str:
+    """A short, stable hash of :func:`result_config` (key order does not matter)."""
+    payload = {"identity_version": IDENTITY_VERSION, "config": result_config(config)}
+    canonical = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def _safe(name) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", str(name))
+
+
+def run_key(config: dict) -> str:
+    """``<model>-<task>-s<seed>-<hash>`` of a resolved config."""
+    model, task = _safe(config["model"]["name"]), _safe(config["task"]["name"])
+    return f"{model}-{task}-s{int(config['seed'])}-{result_hash(config)}"
+
+
+def run_dir(results_dir: str | Path, config: dict) -> Path:
+    """The folder of the run that ``config`` describes, inside ``results_dir``."""
+    return Path(results_dir) / run_key(config)

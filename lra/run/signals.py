@@ -1,0 +1,97 @@
+"""Stop requests from the outside world: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1.
+
+SLURM sends SIGUSR1 (with ``--signal=USR1@<seconds>``) or SIGTERM before it
+pre-empts or ends a job; Kubernetes and most schedulers send SIGTERM; a user
+presses Ctrl-C. Inside :class:`StopSignals` none of them interrupts the work in
+the middle: the handler only notes the signal, the training loop reads
+:attr:`StopSignals.requested` at the next step boundary, saves a checkpoint and
+raises :class:`Interrupted`. A second Ctrl-C raises ``KeyboardInterrupt`` at once
+for the impatient.
+
+:func:`terminate_raises_interrupt` is the simpler form for work that cleans up on
+``KeyboardInterrupt`` (the data generators): SIGTERM then behaves like Ctrl-C.
+"""
+
+import contextlib
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+class Interrupted(Exception):  # noqa: N818 - the word users see
+    """A run stopped on a signal after saving its state; ``str()`` says how to resume."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def rerun_command() -> str:
+    """The command line this process was started with (rerunning it resumes)."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class StopSignals:
+    """Context manager noting the first stop signal in :attr:`received`.
+
+    Handlers are only installed from the main thread (Python's rule); elsewhere
+    the context does nothing and :attr:`requested` stays False.
+    """
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.received is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now
+        if self.received is None:
+            self.received = signum
+
+    def __enter__(self) -> "StopSignals":
+        if _in_main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminate_raises_interrupt():
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
