@@ -3,6 +3,17 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Many tests compile the same small programs: let them share XLA's persistent cache
+# (subprocesses inherit it through the environment). A fresh folder per test session.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="lra-test-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 from lra import measure  # noqa: E402
 

@@ -17,9 +17,9 @@ from lra.run.signals import StopSignals
 from lra.train import train_and_evaluate
 
 BIN = Path(sys.executable).parent
-# Long enough (about 2-3 s of steps) to be stopped in the middle.
+# Long enough (about 2 s of steps) to be stopped in the middle.
 LONG = [
-    "trainer.num_steps=300",
+    "trainer.num_steps=200",
     "trainer.log_every=25",
     "trainer.eval_every=100",
     "trainer.checkpoint_every=50",
