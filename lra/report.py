@@ -23,6 +23,10 @@ back to the record files it came from (``sources.json``).
   squares over the lengths that ran): about 1 for linear memory, 2 for
   quadratic. One table per setting (task, batch size, precision, device).
 * **Figure 1** (:mod:`lra.figure`): TransNormer's Figure 1 (Qin et al. 2022).
+* **Learning curves** (:mod:`lra.curves`, ``curves.{png,svg}``, option ``curves``):
+  validation accuracy against training step, one panel per task, one line per
+  model (mean over the seeds of the same records as the leaderboard cells), from
+  each run's ``metrics.jsonl``; records without one are skipped with a note.
 * **Sources** (``sources.json``): for every cell, the record files, seeds,
   code versions and config hashes it came from, and the records it superseded.
 
@@ -496,11 +500,15 @@ def run_report(
     reference_csv=None,
     show_reference: bool = True,
     models=None,
+    curves: bool = True,
 ) -> list[Path]:
     """Read ``results_dir`` and write every report file into ``out_dir``; return their paths.
 
     ``models`` (a list of model names) keeps only those models' records; None keeps all.
+    ``curves`` draws the learning curves (:mod:`lra.curves`); its notes (records skipped,
+    or that nothing could be drawn) are printed, one line each.
     """
+    from lra import curves as learning
     from lra import figure
 
     records = load_records(results_dir)
@@ -529,6 +537,12 @@ def run_report(
         *figure.write_figure1(fig, out),
     ]
     trace = sources(lb, tables, fig, root)
+    if curves:
+        found = learning.learning_curves(lb)
+        written += learning.write_curves(found, out)
+        for note in found.notes(root):
+            print(note, flush=True)
+        trace["curves"] = found.trace(root)
     trace["results_dir"] = str(root)
     text = json.dumps(trace, indent=2, sort_keys=True, default=str)
     written.append(write_atomic(out / "sources.json", text + "\n"))
@@ -544,6 +558,7 @@ def _report(cfg) -> None:
         reference_csv=cfg.reference_csv,
         show_reference=bool(cfg.show_reference),
         models=list(cfg.models) if cfg.get("models") else None,
+        curves=bool(cfg.get("curves", True)),
     ):
         print(f"wrote {path}", flush=True)
 

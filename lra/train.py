@@ -24,18 +24,20 @@ import time
 import jax
 import numpy as np
 from omegaconf import OmegaConf
-from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from lra import measure, results
 from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import load_task, resolve_data_dir
 from lra.errors import ConfigError, LRAError
+from lra.optim import make_schedule
 from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
 from lra.steps import compile_steps
+from lra.track import RunInfo, open_trackers, sweep_group
+from lra.track.progress import ProgressDisplay
 
 SELECTIONS = ("best_val", "last")
 log = logging.getLogger("lra.train")
@@ -45,8 +47,8 @@ class TrainingDiverged(LRAError):
     """The loss became NaN or infinite."""
 
 
-def _flush(pending: list, step: int, bar, timer) -> dict:
-    """Fetch the metrics of the steps since the last flush; stop on a non-finite loss."""
+def _train_means(pending: list, step: int) -> dict:
+    """Mean loss and accuracy of the steps since the last log line; stop on a non-finite loss."""
     host = jax.device_get(pending)
     losses = [float(m["loss"]) for m in host]
     first = step - len(pending) + 1
@@ -56,13 +58,10 @@ def _flush(pending: list, step: int, bar, timer) -> dict:
                 f"the training loss became {loss} at step {first + i}; lower "
                 "trainer.learning_rate, set trainer.grad_clip=1.0, or use trainer.precision=fp32"
             )
-    bar.update(step - bar.n)
-    bar.set_postfix(
-        loss=f"{np.mean(losses):.4f}",
-        acc=f"{np.mean([float(m['accuracy']) for m in host]):.3f}",
-        steps_per_sec=f"{timer.windows[-1]:.2f}" if timer.windows else "-",
-    )
-    return {"step": step, "train_loss": float(np.mean(losses))}
+    return {
+        "loss": float(np.mean(losses)),
+        "accuracy": float(np.mean([float(m["accuracy"]) for m in host])),
+    }
 
 
 def evaluate(eval_step, params, split, batch_size: int, max_batches=None, timer=None) -> dict:
@@ -149,6 +148,7 @@ def train_and_evaluate(cfg) -> dict:
             every_steps=trainer.checkpoint_every,
             every_minutes=trainer.checkpoint_minutes,
         )
+        trackers = None
         try:
             note = {"at": started_at, "host": socket.gethostname(), "code": results.code_version()}
             state, best_params, progress = start_or_resume(
@@ -157,6 +157,7 @@ def train_and_evaluate(cfg) -> dict:
             prior_wall = progress.wall_seconds
             if progress.step:
                 log.info(f"resuming {run.key} from step {progress.step} ({ckpts.folder})")
+            trackers = open_trackers(cfg.get("logger"), _run_info(cfg, run, progress.step))
             state, best_params, progress = _train(
                 cfg,
                 compiled,
@@ -166,32 +167,40 @@ def train_and_evaluate(cfg) -> dict:
                 progress,
                 ckpts,
                 stop,
+                trackers,
                 session_start,
             )
             kept = ckpts.wait()
+
+            if trainer.selection == "best_val":
+                selected, selected_step = best_params, progress.best_step
+                val_accuracy = progress.best_accuracy
+            else:
+                selected, selected_step = state.params, progress.step
+                val_accuracy = progress.history[-1]["val_accuracy"]
+            eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
+            test = evaluate(
+                compiled.eval_step, selected, splits["test"], batch_size, None, eval_timer
+            )
+            record = _record(cfg, run, compiled, splits, progress, test, eval_timer)
+            record.update(
+                val_accuracy=val_accuracy,
+                selected_step=selected_step,
+                checkpoint_steps=kept,
+                wall_seconds=prior_wall + time.perf_counter() - session_start,
+            )
+            record["record_path"] = str(run.write_record(record))
+            trackers.summary(record)
         finally:
             ckpts.close()
-
-        if trainer.selection == "best_val":
-            selected, selected_step = best_params, progress.best_step
-            val_accuracy = progress.best_accuracy
-        else:
-            selected, selected_step = state.params, progress.step
-            val_accuracy = progress.history[-1]["val_accuracy"]
-        eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
-        test = evaluate(compiled.eval_step, selected, splits["test"], batch_size, None, eval_timer)
-        record = _record(cfg, run, compiled, splits, progress, test, eval_timer)
-        record.update(
-            val_accuracy=val_accuracy,
-            selected_step=selected_step,
-            checkpoint_steps=kept,
-            wall_seconds=prior_wall + time.perf_counter() - session_start,
-        )
-        record["record_path"] = str(run.write_record(record))
+            if trackers is not None:
+                trackers.close()
     return record
 
 
-def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, session_start):
+def _train(
+    cfg, compiled, splits, state, best_params, progress, ckpts, stop, trackers, session_start
+):
     """Train from ``progress.step`` to ``trainer.num_steps``: ``(state, best_params, progress)``.
 
     Steps since the last log line keep their metrics in ``pending``; a checkpoint
@@ -225,12 +234,9 @@ def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, ses
 
     if stop.requested:
         raise stopped(progress.step, "nothing new to save")
-    bar = tqdm(
-        total=num_steps,
-        initial=progress.step,
-        disable=not trainer.progress,
-        unit="step",
-        dynamic_ncols=True,
+    display = ProgressDisplay(num_steps, progress.step, bool(trainer.progress))
+    learning_rate = make_schedule(
+        trainer.schedule, trainer.learning_rate, trainer.warmup_steps, num_steps
     )
     batches = prefetch(
         train_batches(splits["train"], batch_size, int(cfg.seed), start_step=progress.step)
@@ -249,8 +255,17 @@ def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, ses
                 is_eval = step % eval_every == 0 or step == num_steps
                 if step == 1 or is_eval or step % log_every == 0:
                     train_timer.stop(timed, state)
-                    entry = _flush(pending, step, bar, train_timer)
+                    train = _train_means(pending, step)
                     pending = []
+                    rate = train_timer.windows[-1] if timed else None
+                    entry = {"step": step, "train_loss": train["loss"]}
+                    scalars = {
+                        "train/loss": train["loss"],
+                        "train/accuracy": train["accuracy"],
+                        "train/learning_rate": float(learning_rate(step - 1)),
+                    }
+                    if rate:
+                        scalars["train/steps_per_sec"] = rate
                     if is_eval:
                         val = evaluate(
                             compiled.eval_step,
@@ -260,11 +275,12 @@ def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, ses
                             trainer.get("eval_batches"),
                             eval_timer,
                         )
-                        entry.update(val_accuracy=val["accuracy"], val_loss=val["loss"])
                         log.info(
                             f"step {step}: val accuracy {val['accuracy']:.4f} "
                             f"loss {val['loss']:.4f}"
                         )
+                        entry.update(val_accuracy=val["accuracy"], val_loss=val["loss"])
+                        scalars.update({"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
                         if (
                             trainer.selection == "best_val"
                             and val["accuracy"] > progress.best_accuracy
@@ -272,6 +288,10 @@ def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, ses
                             progress.best_accuracy, progress.best_step = val["accuracy"], step
                             best_params = host_copy(state.params)
                     progress.history.append(entry)
+                    trackers.log(step, scalars)
+                    display.update(
+                        step, train["loss"], train["accuracy"], rate, entry.get("val_accuracy")
+                    )
                     train_timer.start()
                     timed = 0
                 if step == num_steps or stop.requested or ckpts.due(step):
@@ -282,9 +302,22 @@ def _train(cfg, compiled, splits, state, best_params, progress, ckpts, stop, ses
                     train_timer.start()
                     timed = 0
     finally:
-        bar.close()
+        display.close()
         batches.close()
     return state, best_params, progress
+
+
+def _run_info(cfg, run, resumed_step: int) -> RunInfo:
+    return RunInfo(
+        run_dir=run.path,
+        run_key=run.key,
+        model=cfg.model.name,
+        task=cfg.task.name,
+        seed=int(cfg.seed),
+        config=run.config,
+        resumed_step=resumed_step,
+        group=sweep_group(),
+    )
 
 
 def _record(cfg, run, compiled, splits, progress, test, eval_timer) -> dict:

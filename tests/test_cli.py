@@ -64,6 +64,7 @@ def test_train_with_overrides_prints_summary_and_writes_record(listops_tiny_dir,
         "seed=5",
         *SMALL_DATA,
         *SMALL_RUN,
+        "trainer.progress=true",  # not a terminal here: one line per log step, no bar
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
@@ -71,6 +72,9 @@ def test_train_with_overrides_prints_summary_and_writes_record(listops_tiny_dir,
     assert record["seed"] == 5 and record["config"]["trainer"]["num_steps"] == 4
     assert "test accuracy" in out.stdout and "steps/sec" in out.stdout
     assert str(tmp_path / "records") in out.stdout
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("step 3/4 ")]
+    assert "steps/s" in line and "val 0." in line and "left " in line
+    assert "\r" not in out.stderr  # no redrawn bar in a log
 
 
 def test_multirun_finishes_past_failing_jobs_and_a_rerun_trains_nothing(listops_tiny_dir, tmp_path):

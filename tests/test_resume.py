@@ -11,6 +11,7 @@ from lra.evaluate import evaluate_run
 from lra.run import checkpoint
 from lra.run.checkpoint import CheckpointError
 from lra.run.identity import result_hash, run_key
+from lra.track.jsonl import read_metrics
 
 # 8 steps, a log line every 2, validation every 4, a checkpoint every 3: the
 # checkpoint at step 3 holds the metrics of a step not yet logged.
@@ -166,3 +167,45 @@ def test_lra_eval_reproduces_the_record(listops_tiny_dir, uninterrupted):
     assert evaluate_run(folder, "val", 8)["accuracy"] == last["accuracy"]
     with pytest.raises(CheckpointError, match="no checkpoint at step 3.*kept steps: 6, 8"):
         evaluate_run(folder, "test", 3)
+
+
+def metric_lines(record: dict) -> list[dict]:
+    """The run's metrics.jsonl without the fields that differ between sessions."""
+    lines = read_metrics(Path(record["run_dir"]) / "metrics.jsonl")
+    timing = (
+        "time",
+        "train/steps_per_sec",
+        "train_steps_per_sec",
+        "eval_steps_per_sec",
+        "wall_seconds",
+    )
+
+    def untimed(line: dict) -> dict:
+        return {
+            k: untimed(v) if isinstance(v, dict) else v for k, v in line.items() if k not in timing
+        }
+
+    return [untimed(line) for line in lines]
+
+
+def test_metrics_file_holds_every_logged_step_and_the_summary(uninterrupted):
+    lines = metric_lines(uninterrupted)
+    *steps, last = lines
+    assert [line["step"] for line in steps] == [h["step"] for h in uninterrupted["history"]]
+    for line, entry in zip(steps, uninterrupted["history"], strict=True):
+        assert line["train/loss"] == entry["train_loss"]
+        assert line.get("val/accuracy") == entry.get("val_accuracy")
+        assert 0 <= line["train/learning_rate"] < 1 and 0 <= line["train/accuracy"] <= 1
+    rates = [line["train/learning_rate"] for line in steps]
+    assert rates[0] == 0.0 and rates[1] > 0  # warm-up: step 1 is taken at rate 0, as optax does
+    for key in ("test_accuracy", "val_accuracy", "selected_step", "num_params"):
+        assert last["summary"][key] == uninterrupted[key]
+
+
+def test_a_resumed_run_logs_each_step_once(listops_tiny_dir, tmp_path, monkeypatch, uninterrupted):
+    crash_after_saving(monkeypatch, 3)  # steps 4 and (logged) 4 come again after the resume
+    with pytest.raises(Crash):
+        run(listops_tiny_dir, tmp_path, "trainer.checkpoint_every=3")
+    monkeypatch.undo()
+    resumed = run(listops_tiny_dir, tmp_path)
+    assert metric_lines(resumed) == metric_lines(uninterrupted)
