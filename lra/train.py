@@ -36,7 +36,7 @@ from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
 from lra.steps import compile_steps
-from lra.track import RunInfo, open_trackers, sweep_group
+from lra.track import RunInfo, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
 
 SELECTIONS = ("best_val", "last")
@@ -126,6 +126,7 @@ def train_and_evaluate(cfg) -> dict:
     session_start, started_at = time.perf_counter(), results.utc_now()
     trainer = cfg.trainer
     _check_trainer(trainer)
+    check_loggers(cfg.get("logger"))
     results_dir = results.ensure_writable(cfg.results_dir)
     data_dir = resolve_data_dir(cfg.data_dir)
     run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))

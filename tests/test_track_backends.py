@@ -58,7 +58,8 @@ def wandb_offline(tmp_path, monkeypatch):
     wandb reads its environment once per process (at its set-up), so the set-up of an
     earlier test is torn down first, and this one's after the test.
     """
-    wandb = pytest.importorskip("wandb")
+    import wandb  # the test extra installs it: a missing package fails, not skips
+
     wandb.teardown()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -272,7 +273,6 @@ def expected_scalars(steps) -> dict:
 
 
 def test_tensorboard_writes_scalars_and_summary(tmp_path):
-    pytest.importorskip("tensorboardX")
     backend = open_backend("tensorboard", {"flush_secs": 30}, run_info(tmp_path))
     log_steps(backend, range(1, 7))
     backend.summary({**SUMMARY, "note": "text"})
@@ -285,7 +285,6 @@ def test_tensorboard_writes_scalars_and_summary(tmp_path):
 
 
 def test_tensorboard_resumed_writer_purges_the_repeated_steps(tmp_path):
-    pytest.importorskip("tensorboardX")
     first = open_backend("tensorboard", {}, run_info(tmp_path))
     log_steps(first, range(1, 7))
     first.close()  # stopped at step 6; the last checkpoint was at step 4
@@ -317,3 +316,48 @@ def test_missing_package_names_the_extra(tmp_path, monkeypatch, logger, package,
     with pytest.raises(MissingExtra, match=f"needs the {package} package") as err:
         lra.track.open_backend(logger, {}, run_info(tmp_path))
     assert f"pip install -e '.[{logger}]'" in str(err.value)
+
+
+def test_training_with_both_loggers_resumed_logs_each_step_once(
+    listops_tiny_dir, tmp_path, wandb_offline, monkeypatch
+):
+    """End to end: a run killed after its step-3 checkpoint and rerun, with both loggers."""
+    from test_resume import Crash, crash_after_saving
+    from test_resume import run as train
+
+    loggers = "logger=[wandb,tensorboard]"
+    crash_after_saving(monkeypatch, 3)
+    with pytest.raises(Crash):
+        train(listops_tiny_dir, tmp_path / "records", loggers)
+    monkeypatch.undo()
+    record = train(listops_tiny_dir, tmp_path / "records", loggers)
+    run_dir = Path(record["run_dir"])
+
+    from lra.track.wandb_backend import run_id
+
+    first, second = offline_runs(run_dir)
+    assert first["id"] == second["id"] == run_id(record["run_key"])
+    assert set(first["steps"]).isdisjoint(second["steps"])
+    logged = {**first["history"], **second["history"]}
+    assert sorted(logged) == [h["step"] for h in record["history"]]
+    for entry in record["history"]:
+        assert logged[entry["step"]]["train/loss"] == pytest.approx(entry["train_loss"])
+        if "val_accuracy" in entry:
+            assert logged[entry["step"]]["val/accuracy"] == entry["val_accuracy"]
+    assert second["summary"]["test_accuracy"] == record["test_accuracy"]
+    assert second["summary"]["selected_step"] == record["selected_step"]
+
+    scalars = tensorboard_scalars(run_dir / "tensorboard")
+    assert [step for step, _ in scalars["train/loss"]] == [h["step"] for h in record["history"]]
+    assert [value for _, value in scalars["train/loss"]] == [
+        h["train_loss"] for h in record["history"]
+    ]
+
+
+def test_a_missing_logger_package_stops_the_run_before_any_work(tmp_path, monkeypatch):
+    from conftest import train_small
+
+    monkeypatch.setattr(lra.track.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(MissingExtra, match=r"pip install -e '\.\[tensorboard\]'"):
+        train_small(tmp_path / "no-data-needed", tmp_path / "records", "logger=tensorboard")
+    assert not (tmp_path / "records").exists() or not list((tmp_path / "records").iterdir())

@@ -20,6 +20,7 @@ drops what it holds past ``S`` or skips what it already has: no step appears twi
 """
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -77,6 +78,21 @@ class Backend(Protocol):
 
 class MissingExtra(ConfigError):
     """A chosen logger's package is not installed."""
+
+
+def check_loggers(logger_cfg: dict | None) -> None:
+    """Fail fast (before data and compilation) on an unknown logger or a missing package."""
+    for name in logger_cfg or {}:
+        if name not in BACKENDS:
+            raise ConfigError(
+                f"unknown logger {name!r}; choose none or any of {', '.join(BACKENDS)}"
+            )
+        _, _, package, extra = BACKENDS[name]
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtra(
+                f"logger={name} needs the {package} package; install it with: "
+                f"pip install -e '.[{extra}]'"
+            )
 
 
 def open_backend(name: str, options: dict, info: RunInfo) -> Backend:
