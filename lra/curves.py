@@ -15,7 +15,6 @@ missing, or whose file holds no ``val/accuracy`` is skipped, with a note.
 Drawn with matplotlib's Agg canvas (no pyplot, no display needed).
 """
 
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from lra.report import TINY_NOTE, Leaderboard, record_name, write_atomic
+from lra.figure import save_figure
+from lra.report import TINY_NOTE, Leaderboard, record_name
 from lra.track.jsonl import METRICS_FILE, read_metrics
 
 VAL_KEY = "val/accuracy"
@@ -203,12 +203,4 @@ def write_curves(curves: Curves, out_dir) -> list[Path]:
     """Write ``curves.png`` and ``curves.svg`` (text kept as text); nothing when no curve."""
     if not curves.series:
         return []
-    fig = draw_curves(curves)
-    written = []
-    rc = {"svg.fonttype": "none", "svg.hashsalt": "lra-curves"}
-    for fmt, meta in (("png", {"Software": None}), ("svg", {"Date": None})):
-        buf = io.BytesIO()
-        with matplotlib.rc_context(rc):
-            fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
-        written.append(write_atomic(Path(out_dir) / f"curves.{fmt}", buf.getvalue()))
-    return written
+    return save_figure(draw_curves(curves), out_dir, "curves")

@@ -289,16 +289,23 @@ def _caption(points, missing, notes, table, length, lb) -> str:
     return "\n".join(parts)
 
 
-def write_figure1(fig1: Figure1, out_dir) -> list[Path]:
-    """Write ``figure1.png``, ``figure1.svg`` (text kept as text) and ``figure1.md``."""
-    out = Path(out_dir)
+def save_figure(figure, out_dir, stem: str) -> list[Path]:
+    """Write ``<stem>.png`` and ``<stem>.svg`` atomically, text kept as text, reproducibly
+    (no date or software stamp, a fixed SVG id salt)."""
     written = []
-    rc = {"svg.fonttype": "none", "svg.hashsalt": "lra-figure1"}
+    rc = {"svg.fonttype": "none", "svg.hashsalt": f"lra-{stem}"}
     for fmt, meta in (("png", {"Software": None}), ("svg", {"Date": None})):
         buf = io.BytesIO()
         with matplotlib.rc_context(rc):
-            fig1.figure.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
-        written.append(write_atomic(out / f"figure1.{fmt}", buf.getvalue()))
+            figure.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
+        written.append(write_atomic(Path(out_dir) / f"{stem}.{fmt}", buf.getvalue()))
+    return written
+
+
+def write_figure1(fig1: Figure1, out_dir) -> list[Path]:
+    """Write ``figure1.png``, ``figure1.svg`` (text kept as text) and ``figure1.md``."""
+    out = Path(out_dir)
+    written = save_figure(fig1.figure, out, "figure1")
     lines = [
         "# Figure 1" + (f" ({TINY_NOTE})" if fig1.tiny else ""),
         "",

@@ -151,7 +151,8 @@ def train_and_evaluate(cfg) -> dict:
         )
         trackers = None
         try:
-            note = {"at": started_at, "host": socket.gethostname(), "code": results.code_version()}
+            code = results.code_version()  # a git subprocess: once per run
+            note = {"at": started_at, "host": socket.gethostname(), "code": code}
             state, best_params, progress = start_or_resume(
                 ckpts, compiled.state, trainer.resume, note
             )
@@ -183,7 +184,7 @@ def train_and_evaluate(cfg) -> dict:
             test = evaluate(
                 compiled.eval_step, selected, splits["test"], batch_size, None, eval_timer
             )
-            record = _record(cfg, run, compiled, splits, progress, test, eval_timer)
+            record = _record(cfg, run, compiled, splits, progress, test, eval_timer, code)
             record.update(
                 val_accuracy=val_accuracy,
                 selected_step=selected_step,
@@ -321,7 +322,7 @@ def _run_info(cfg, run, resumed_step: int) -> RunInfo:
     )
 
 
-def _record(cfg, run, compiled, splits, progress, test, eval_timer) -> dict:
+def _record(cfg, run, compiled, splits, progress, test, eval_timer, code_version) -> dict:
     """The results record of a finished run (selection fields are added by the caller)."""
     train_compiled = compiled.train_step
     memory_bytes, memory_source = measure.peak_memory(train_compiled)
@@ -347,7 +348,7 @@ def _record(cfg, run, compiled, splits, progress, test, eval_timer) -> dict:
         "num_params": compiled.num_params,
         **measure.environment(),
         "precision": cfg.trainer.precision,
-        "code_version": results.code_version(),
+        "code_version": code_version,
         "config_hash": results.config_hash(run.config),
         "run_key": run.key,
         "run_dir": str(run.path),

@@ -101,13 +101,14 @@ class Checkpoints:
         try:
             self.manager = ocp.CheckpointManager(self.folder, options=options)
         except Exception as err:  # orbax raises its own and OS errors
-            raise self._unreadable("", err) from err
+            raise self._unreadable(err) from err
         self._last_save = time.monotonic()
         self.last_saved_step = self.latest_step()
 
-    def _unreadable(self, what: str, err: BaseException) -> CheckpointError:
+    def _unreadable(self, err: BaseException, step: int | None = None) -> CheckpointError:
+        where = "" if step is None else f" at step {step}"
         return CheckpointError(
-            f"cannot read the checkpoint{what} in {self.folder} ({type(err).__name__}: "
+            f"cannot read the checkpoint{where} in {self.folder} ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''}); start this run afresh with "
             "trainer.resume=never (its checkpoints are deleted)"
         )
@@ -140,7 +141,10 @@ class Checkpoints:
         self._last_save = time.monotonic()
         return time.perf_counter() - start
 
-    def _restore(self, step: int, what: str, **items):
+    def _has_best(self, step: int) -> bool:
+        return (self.folder / str(step) / "best").is_dir()
+
+    def _restore(self, step: int, **items):
         if step not in self.manager.all_steps():
             raise CheckpointError(
                 f"no checkpoint at step {step} in {self.folder}; kept steps: "
@@ -149,34 +153,34 @@ class Checkpoints:
         try:
             return self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as err:
-            raise self._unreadable(f"{what} at step {step}", err) from err
+            raise self._unreadable(err, step) from err
 
     def restore_progress(self, step: int) -> Progress:
-        data = self._restore(step, "", progress=ocp.args.JsonRestore())["progress"]
+        data = self._restore(step, progress=ocp.args.JsonRestore())["progress"]
         return Progress.from_json(data)
 
-    def restore(self, step: int, state_like, params_like):
+    def restore(self, step: int, state_like):
         """``(state, best_params or None, progress)`` of ``step`` as host arrays."""
         progress = self.restore_progress(step)
         items = {"state": ocp.args.StandardRestore(_host_like(state_like))}
-        if (self.folder / str(step) / "best").is_dir():
-            items["best"] = ocp.args.StandardRestore(_host_like(params_like))
-        out = self._restore(step, "", **items)
+        if self._has_best(step):
+            items["best"] = ocp.args.StandardRestore(_host_like(state_like.params))
+        out = self._restore(step, **items)
         return out["state"], out.get("best"), progress
 
     def restore_params(self, step: int, state_like, *, best: bool):
         """The parameters of ``step``: the best-validation ones (``best``) or the state's."""
         if not best:
-            return self._restore(step, "", state=ocp.args.StandardRestore(_host_like(state_like)))[
+            return self._restore(step, state=ocp.args.StandardRestore(_host_like(state_like)))[
                 "state"
             ].params
-        if not (self.folder / str(step) / "best").is_dir():
+        if not self._has_best(step):
             raise CheckpointError(
                 f"the checkpoint at step {step} in {self.folder} holds no best-validation "
                 "parameters (no validation had run, or trainer.selection=last)"
             )
         like = _host_like(state_like.params)
-        return self._restore(step, "", best=ocp.args.StandardRestore(like))["best"]
+        return self._restore(step, best=ocp.args.StandardRestore(like))["best"]
 
     def wait(self) -> list[int]:
         """Wait for saves in flight; return the kept steps."""
@@ -210,6 +214,6 @@ def start_or_resume(ckpts: Checkpoints, fresh_state, mode: str, note: dict):
                 "start the run with trainer.resume=auto"
             )
         return fresh_state, None, Progress(started_at=note.get("at", ""))
-    state, best_params, progress = ckpts.restore(step, fresh_state, fresh_state.params)
+    state, best_params, progress = ckpts.restore(step, fresh_state)
     progress.resumed_from.append({"step": step, **note})
     return state, best_params, progress

@@ -80,34 +80,35 @@ class MissingExtra(ConfigError):
     """A chosen logger's package is not installed."""
 
 
+def _backend(name: str) -> tuple[str, str, str, str]:
+    """``(module, opener, package, extra)`` of a logger name, or a ConfigError."""
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown logger {name!r}; choose none or any of {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def _missing(name: str) -> MissingExtra:
+    _, _, package, extra = BACKENDS[name]
+    return MissingExtra(
+        f"logger={name} needs the {package} package; install it with: pip install -e '.[{extra}]'"
+    )
+
+
 def check_loggers(logger_cfg: dict | None) -> None:
     """Fail fast (before data and compilation) on an unknown logger or a missing package."""
     for name in logger_cfg or {}:
-        if name not in BACKENDS:
-            raise ConfigError(
-                f"unknown logger {name!r}; choose none or any of {', '.join(BACKENDS)}"
-            )
-        _, _, package, extra = BACKENDS[name]
-        if importlib.util.find_spec(package) is None:
-            raise MissingExtra(
-                f"logger={name} needs the {package} package; install it with: "
-                f"pip install -e '.[{extra}]'"
-            )
+        if importlib.util.find_spec(_backend(name)[2]) is None:
+            raise _missing(name)
 
 
 def open_backend(name: str, options: dict, info: RunInfo) -> Backend:
     """Open the backend ``name`` (a key of :data:`BACKENDS`) with its ``options``."""
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown logger {name!r}; choose none or any of {', '.join(BACKENDS)}")
-    module, opener, package, extra = BACKENDS[name]
+    module, opener, package, _ = _backend(name)
     try:
         return getattr(importlib.import_module(module), opener)(options, info)
     except ModuleNotFoundError as err:
         if err.name and err.name.split(".")[0] == package:
-            raise MissingExtra(
-                f"logger={name} needs the {err.name} package; install it with: "
-                f"pip install -e '.[{extra}]'"
-            ) from None
+            raise _missing(name) from None
         raise
 
 
