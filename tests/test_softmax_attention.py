@@ -166,8 +166,13 @@ def test_register_new_name(monkeypatch):
 
     @models.register("aaa_test")
     class Tiny(nnx.Module):
-        def __init__(self, *, dim, num_heads, max_len, rngs, width=1):
+        def __init__(
+            self, *, dim, num_heads, max_len, rngs, qkv_dim=None, dropout_rate=0.0, width=1
+        ):
             self.width = width
+
+        def __call__(self, x, *, mask, deterministic=True, rngs=None):
+            return x
 
     assert registry.names()[0] == "aaa_test"
     made = models.make_attention(

@@ -77,6 +77,8 @@ class CosformerAttention(MultiHeadAttention):
     """Multi-head cosFormer attention (ReLU features, cos re-weighting) with a key padding mask."""
 
     kind = "cosformer"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __call__(
         self,

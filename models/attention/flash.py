@@ -140,6 +140,8 @@ class FlashQuadAttention(_GatedAttentionUnit):
     """GAU with quadratic relu^2 attention over the whole sequence."""
 
     kind = "flash_quad"
+    memory_class = "quadratic"
+    same_without_padding = True
 
     def __init__(
         self,
@@ -181,6 +183,8 @@ class FlashAttention(_GatedAttentionUnit):
     """GAU with mixed chunk attention: relu^2 inside chunks + global linear across chunks."""
 
     kind = "flash"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,

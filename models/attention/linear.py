@@ -58,6 +58,8 @@ class LinearAttention(MultiHeadAttention):
     """Multi-head linear attention with the elu + 1 feature map and a key padding mask."""
 
     kind = "linear"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __call__(
         self,

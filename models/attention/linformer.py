@@ -55,6 +55,8 @@ class LinformerAttention(MultiHeadAttention):
     """Multi-head attention over k learned sequence projections of the keys and values."""
 
     kind = "linformer"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,

@@ -71,6 +71,8 @@ class LocalAttention(MultiHeadAttention):
     """Multi-head softmax attention inside blocks or a sliding band, O(L * window) memory."""
 
     kind = "local"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,

@@ -62,6 +62,8 @@ class LongShortAttention(MultiHeadAttention):
     """Sliding-window attention joined with attention to dynamically projected landmarks."""
 
     kind = "long_short"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,

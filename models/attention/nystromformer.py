@@ -81,6 +81,8 @@ class NystromAttention(MultiHeadAttention):
     """Multi-head Nystrom-approximated softmax attention with a depthwise conv skip on V."""
 
     kind = "nystromformer"
+    memory_class = "linear"
+    same_without_padding = False  # landmarks are means of segments of the padded length
 
     def __init__(
         self,

@@ -141,6 +141,8 @@ class PerformerAttention(MultiHeadAttention):
     """Multi-head FAVOR+ attention with positive orthogonal random features."""
 
     kind = "performer"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,

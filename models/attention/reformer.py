@@ -70,6 +70,8 @@ class ReformerAttention(MultiHeadAttention):
     """Multi-round LSH attention with shared QK."""
 
     kind = "reformer"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,

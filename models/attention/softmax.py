@@ -37,6 +37,8 @@ class SoftmaxAttention(MultiHeadAttention):
     """Full quadratic multi-head attention with a key padding mask."""
 
     kind = "softmax"
+    memory_class = "quadratic"
+    same_without_padding = True
 
     def __init__(
         self,

@@ -142,6 +142,8 @@ class DenseSynthesizerAttention(_SynthesizerAttention):
     """Dense Synthesizer: each token predicts its own row of logits with a 2-layer MLP."""
 
     kind = "synthesizer_dense"
+    memory_class = "quadratic"
+    same_without_padding = True
 
     def __init__(
         self,
@@ -171,6 +173,8 @@ class RandomSynthesizerAttention(_SynthesizerAttention):
     """Random Synthesizer: one max_len x max_len logit table per head."""
 
     kind = "synthesizer_random"
+    memory_class = "quadratic"
+    same_without_padding = True
 
     def __init__(
         self,
@@ -199,6 +203,8 @@ class FactorizedSynthesizerAttention(_SynthesizerAttention):
     """Factorized Random Synthesizer: per-head logits R1 R2^T of rank ``rank``."""
 
     kind = "synthesizer_factorized"
+    memory_class = "quadratic"
+    same_without_padding = True
 
     def __init__(
         self,

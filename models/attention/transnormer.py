@@ -101,6 +101,8 @@ class NormAttention(MultiHeadAttention):
     """TransNormer NormAttention: Norm(phi(Q) (phi(K)^T V)), no scaling, no denominator."""
 
     kind = "transnormer_norm"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,
@@ -144,6 +146,8 @@ class DiagAttention(MultiHeadAttention):
     """TransNormer DiagAttention: softmax or ReLU attention inside non-overlapping blocks."""
 
     kind = "transnormer_diag"
+    memory_class = "linear"
+    same_without_padding = True
 
     def __init__(
         self,
