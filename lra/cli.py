@@ -1,4 +1,5 @@
-"""Command-line entry points ``lra-train``, ``lra-data``, ``lra-bench``, ``lra-eval`` (Hydra apps).
+"""Command-line entry points: ``lra-train``, ``lra-data``, ``lra-bench``, ``lra-eval``,
+``lra-smoke`` (Hydra apps) and ``lra-check-attention`` (plain arguments: one mechanism).
 
 ``lra-train`` and ``lra-data`` compose ``configs/config.yaml``, ``lra-bench``
 composes ``configs/bench.yaml``, each with the ``model``, ``task`` and
@@ -12,6 +13,7 @@ signal number; a second Ctrl-C exits at once with 130. In ``lra-train -m`` a
 failing job is written down and the sweep goes on (:mod:`lra.sweep`).
 """
 
+import argparse
 import logging
 import os
 import sys
@@ -139,6 +141,20 @@ def _eval_app(cfg):
     return _report_errors(_eval, cfg)
 
 
+def _smoke(cfg):
+    from lra.smoke import run_smoke
+
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    return run_smoke(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="smoke")
+def _smoke_app(cfg):
+    rows = _report_errors(_smoke, cfg)
+    if any(r.problem is not None for r in rows):
+        sys.exit(1)
+
+
 def train_main():
     """``lra-train``: train and evaluate one model on one task, write a record.
 
@@ -164,6 +180,13 @@ def eval_main():
     _eval_app()
 
 
+def smoke_main():
+    """``lra-smoke``: a few training steps of each chosen model on each tiny task, as a table;
+    exits 1 if a loss is not finite or listops_tiny does not beat its majority class."""
+    measure.configure_cpu_memory_analysis()
+    _smoke_app()
+
+
 def data_main():
     """``lra-data``: prepare the data of one task into ``data_dir``."""
     try:
@@ -182,3 +205,71 @@ def bench_main():
     """``lra-bench``: speed and memory of one model over sequence lengths, as records."""
     measure.configure_cpu_memory_analysis()
     _bench_app()
+
+
+def _option(text: str) -> tuple[str, object]:
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--option takes KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        lengths = ()
+    if len(lengths) < 2 or any(n < 2 for n in lengths) or len(set(lengths)) != len(lengths):
+        raise argparse.ArgumentTypeError(
+            f"--lengths takes two or more different comma-separated lengths, got {text!r}"
+        )
+    return lengths
+
+
+def check_attention_main(argv=None):
+    """``lra-check-attention NAME_OR_PATH``: the conformance checks of one mechanism.
+
+    Prints one line per check and exits 0 if none failed, 1 if one did, 2 if the mechanism
+    cannot be loaded (unknown name, import error, wrong signature, name clash).
+    """
+    from lra import conformance
+    from models import RegistryError
+
+    parser = argparse.ArgumentParser(
+        prog="lra-check-attention",
+        description=check_attention_main.__doc__.splitlines()[0].split(": ", 1)[1],
+        epilog="examples: lra-check-attention performer; "
+        "lra-check-attention my_pkg.attention:MyAttention --option num_features=64",
+    )
+    parser.add_argument(
+        "mechanism",
+        help="a built-in name, a name installed through the lra.attention entry point, "
+        "or an import path package.module:ClassName",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the mechanism's constructor (YAML value); repeat for more",
+    )
+    parser.add_argument(
+        "--lengths",
+        type=_lengths,
+        default=conformance.MEMORY_LENGTHS,
+        help="sequence lengths of the memory-class check (default: 1024,2048,4096)",
+    )
+    args = parser.parse_args(argv)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    try:
+        report = conformance.check_attention(
+            args.mechanism, dict(args.option), memory_lengths=args.lengths
+        )
+    except RegistryError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    print(report.text(), flush=True)
+    sys.exit(0 if report.passed else 1)

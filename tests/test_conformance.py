@@ -1,0 +1,72 @@
+"""lra-check-attention over every built-in mechanism, and on a mechanism that ignores the mask.
+
+The conformance check (lra.conformance) is the contract every mechanism keeps: shapes, padding
+(content and, where declared, amount), finite values with one real token, all real tokens
+(at length 4096) and bfloat16, finite gradients, jit/eval_shape, and the declared memory class
+measured from XLA's compiled memory. Each mechanism's agreement with the formula it implements
+is tested in its own test file.
+"""
+
+import pytest
+
+import models
+from lra import conformance
+from lra.cli import check_attention_main
+
+BROKEN = "my_attention.broken:MaskIgnoringAttention"  # examples/my_attention, installed
+
+
+def test_every_figure1_mechanism_is_registered():
+    expected = {
+        "softmax", "flash_quad", "flash", "long_short", "performer", "cosformer", "linformer",
+        "nystromformer", "reformer", "transnormer_diag", "transnormer_norm",
+        "synthesizer_dense", "synthesizer_random", "synthesizer_factorized", "local", "linear",
+    }  # fmt: skip
+    assert expected <= set(models.ATTENTION_NAMES)
+
+
+@pytest.mark.parametrize("name", models.ATTENTION_NAMES)
+def test_builtin_mechanism_passes_the_conformance_check(name):
+    report = conformance.check_attention(name)
+    assert report.passed, report.text()
+    checks = {c.name: c for c in report.checks}
+    assert checks["memory class"].passed is True  # declared and confirmed, not skipped
+    expected_padding_check = name != "nystromformer"  # landmarks depend on the padded length
+    assert (checks["same without padding"].passed is True) == expected_padding_check
+
+
+def test_mask_ignoring_mechanism_fails_on_the_padding_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_attention_main([BROKEN, "--lengths", "256,512"])
+    assert stop.value.code == 1
+    out = capsys.readouterr().out
+    lines = {line.split()[1]: line for line in out.splitlines() if line[:4] in ("PASS", "FAIL")}
+    assert lines["padded"].startswith("FAIL  padded token content")
+    assert lines["output"].startswith("PASS")  # the rest of it works: only padding is wrong
+    assert "2 failed" in out.splitlines()[-1]
+
+
+def test_declared_memory_class_is_checked_against_the_measurement():
+    class Declared(models.registry.get("softmax")):
+        memory_class = "linear"  # a quadratic mechanism claiming to be linear
+
+    subject = conformance._Subject("softmax", {})
+    subject.cls = Declared
+    check = conformance._memory_class(subject, (256, 512))
+    assert check.passed is False and "slope 1.9" in check.value
+
+
+def test_unloadable_mechanism_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_attention_main(["no_such_package.attention:Mine"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: attention 'no_such_package.attention:Mine': cannot import")
+    assert "Traceback" not in err
+
+
+def test_bad_lengths_are_an_argument_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_attention_main(["softmax", "--lengths", "1024"])
+    assert stop.value.code == 2
+    assert "two or more different" in capsys.readouterr().err
