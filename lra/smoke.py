@@ -1,0 +1,155 @@
+"""``lra-smoke``: every chosen model on every chosen tiny task for a few steps, as a table.
+
+The check a harness user's CI runs (and ours does): each (model, task) trains ``steps`` steps
+through :func:`lra.train.train_and_evaluate` (a fresh run folder under ``results_dir``) and
+must keep a finite training loss; on ``listops_tiny`` the model trains ``learn_steps`` steps
+instead and its test accuracy must beat the majority class. Model and task names are found on
+Hydra's search path, so a model YAML in a user's ``--config-dir`` takes part like a built-in.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from hydra import compose
+from hydra.core.global_hydra import GlobalHydra
+
+from lra import results
+from lra.data.tasks import prepare_task, resolve_data_dir
+from lra.errors import ConfigError, LRAError
+from lra.train import train_and_evaluate
+
+log = logging.getLogger("lra.smoke")
+
+LEARN_TASK = "listops_tiny"
+
+
+@dataclass
+class Row:
+    model: str
+    task: str
+    steps: int
+    loss: float | None = None
+    accuracy: float | None = None
+    majority: float | None = None
+    seconds: float = 0.0
+    error: str | None = None
+    checks_learning: bool = False
+
+    @property
+    def problem(self) -> str | None:
+        """Why this row fails, or None."""
+        if self.error:
+            return self.error
+        if self.loss is None or not math.isfinite(self.loss):
+            return f"training loss {self.loss}"
+        if self.checks_learning and not self.accuracy > self.majority:
+            return f"test accuracy {self.accuracy:.4f} <= majority class {self.majority:.4f}"
+        return None
+
+    def cells(self) -> list[str]:
+        def number(v):
+            return "-" if v is None else f"{v:.4f}"
+
+        verdict = "ok" if self.problem is None else f"FAIL: {self.problem}"
+        if self.problem is None and self.checks_learning:
+            verdict = "ok (beats majority)"
+        return [
+            self.model,
+            self.task,
+            str(self.steps),
+            number(self.loss),
+            number(self.accuracy),
+            number(self.majority),
+            f"{self.seconds:.0f}",
+            verdict,
+        ]
+
+
+def table(rows: list[Row]) -> str:
+    head = ["model", "task", "steps", "last train loss", "test acc", "majority", "s", "check"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _options(group: str) -> list[str]:
+    return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def _choose(given, group: str, default: list[str], what: str) -> list[str]:
+    known = _options(group)
+    chosen = list(default if given is None else ([given] if isinstance(given, str) else given))
+    unknown = [c for c in chosen if c not in known]
+    if unknown or not chosen:
+        raise ConfigError(
+            f"lra-smoke: unknown {what} {unknown or chosen}; available: {', '.join(known)} "
+            "(a config of your own: add its folder with --config-dir)"
+        )
+    return chosen
+
+
+def _train_config(cfg, model: str, task: str, steps: int):
+    overrides = [
+        f"model={model}",
+        f"task={task}",
+        f"seed={cfg.seed}",
+        f"results_dir={cfg.results_dir}",
+        f"trainer.num_steps={steps}",
+        f"trainer.warmup_steps={max(1, steps // 10)}",
+        f"trainer.eval_every={steps}",
+        f"trainer.log_every={steps}",
+        "trainer.progress=false",
+        "trainer.resume=never",
+        "trainer.skip_done=false",
+        *cfg.overrides,
+    ]
+    if cfg.data_dir is not None:
+        overrides.append(f"data_dir={cfg.data_dir}")
+    return compose(config_name="config", overrides=overrides)
+
+
+def _run(cfg, model: str, task: str) -> Row:
+    learns = task == LEARN_TASK and int(cfg.learn_steps) > 0
+    steps = int(cfg.learn_steps) if learns else int(cfg.steps)
+    row = Row(model, task, steps, checks_learning=learns)
+    start = time.perf_counter()
+    try:
+        record = train_and_evaluate(_train_config(cfg, model, task, steps))
+        row.loss = record["history"][-1]["train_loss"] if record["history"] else None
+        row.accuracy = record["test_accuracy"]
+        row.majority = record["test_majority_rate"]
+    except Exception as err:  # one broken model is a row, not the end of the smoke run
+        if not isinstance(err, LRAError):
+            log.exception(f"{model} on {task} raised")
+        row.error = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    row.seconds = time.perf_counter() - start
+    log.info(f"{model} on {task}: {row.cells()[-1]}")
+    return row
+
+
+def run_smoke(cfg) -> list[Row]:
+    """Train every chosen (model, task) pair; write and return the table's rows."""
+    if int(cfg.steps) < 1 or int(cfg.learn_steps) < 0:
+        raise ConfigError(
+            f"lra-smoke: steps must be >= 1 and learn_steps >= 0, got {cfg.steps}, "
+            f"{cfg.learn_steps}"
+        )
+    model_names = _choose(cfg.models, "model", _options("model"), "model(s)")
+    tiny = [t for t in _options("task") if t.endswith("_tiny")]
+    task_names = _choose(cfg.tasks, "task", tiny, "task(s)")
+    data_dir = resolve_data_dir(cfg.data_dir)
+    for task in task_names:  # a no-op for data that is ready
+        task_cfg = compose(config_name="config", overrides=[f"task={task}", *cfg.overrides]).task
+        prepare_task(task_cfg, data_dir)
+    rows = [_run(cfg, model, task) for task in task_names for model in model_names]
+    text = table(rows)
+    results.ensure_writable(cfg.results_dir)
+    results.write_atomic(cfg.table, text)
+    print(text, flush=True)
+    failed = sum(r.problem is not None for r in rows)
+    print(f"{len(rows) - failed} of {len(rows)} passed; table in {cfg.table}", flush=True)
+    return rows
