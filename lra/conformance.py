@@ -128,6 +128,15 @@ class _Subject:
     def __init__(self, name: str, options: dict[str, Any]):
         self.name, self.options = name, options
         self.cls = registry.get(name)
+        self._small: tuple[nnx.Module, Callable] | None = None
+
+    def small(self) -> tuple[nnx.Module, Callable]:
+        """The mechanism for lengths up to ``LENGTH + EXTRA`` and its jitted forward, built
+        once (one compile per input shape for the checks that share them)."""
+        if self._small is None:
+            module = self.build(LENGTH + EXTRA)
+            self._small = (module, self.forward(module))
+        return self._small
 
     def build(self, max_len: int, seed: int = 0, **overrides) -> nnx.Module:
         options = {**self.options, **overrides}
@@ -136,17 +145,22 @@ class _Subject:
         )
 
     def forward(self, module: nnx.Module, dtype=None) -> Callable:
-        """Jitted ``(x, mask) -> output`` of ``module`` (parameters cast to ``dtype``)."""
+        """Jitted ``(x, mask) -> output`` of ``module`` (parameters cast to ``dtype``).
+
+        The parameters are an argument of the jitted function, not constants closed over:
+        XLA would otherwise fold products of them (a factorized Synthesizer's L x L weights)
+        at compile time, which takes minutes at length 4096."""
         graphdef, state = nnx.split(module)
         if dtype is not None:
             state = jax.tree.map(
                 lambda v: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v, state
             )
 
-        def apply(x, mask):
+        def apply(state, x, mask):
             return nnx.merge(graphdef, state)(x, mask=mask, deterministic=True)
 
-        return jax.jit(apply, compiler_options=FAST_COMPILE)
+        jitted = jax.jit(apply, compiler_options=FAST_COMPILE)
+        return lambda x, mask: jitted(state, x, mask)
 
     def gradients(self, module: nnx.Module, x, mask, *, compile_only: bool = False):
         """Gradients of the real tokens' squared outputs w.r.t. (params, x), or the compiled
@@ -163,7 +177,7 @@ class _Subject:
 
 def _shape_and_dtype(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    out = s.forward(s.build(LENGTH + EXTRA))(x, mask)
+    out = s.small()[1](x, mask)
     ok = out.shape == x.shape and out.dtype == x.dtype
     return Check(
         "output shape and dtype",
@@ -176,7 +190,7 @@ def _padded_content(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
     noise = jnp.asarray(np.random.default_rng(1).normal(size=x.shape).astype(np.float32)) * 5
     changed = jnp.where(mask[..., None], x, noise)
-    forward = s.forward(s.build(LENGTH + EXTRA))
+    forward = s.small()[1]
     what = "when the padded inputs change"
     return _agreement("padded token content", forward(x, mask), forward(changed, mask), mask, what)
 
@@ -193,7 +207,7 @@ def _same_without_padding(s: _Subject) -> Check:
     x, mask = _inputs(lengths, LENGTH)
     x_long, mask_long = _inputs(lengths, LENGTH + EXTRA, seed=2)
     x_long = x_long.at[:, :LENGTH].set(x)
-    forward = s.forward(s.build(LENGTH + EXTRA))
+    forward = s.small()[1]
     out_long = forward(x_long, mask_long)[:, :LENGTH]
     what = f"with {EXTRA} more padded positions (the first row has none without them)"
     return _agreement("same without padding", forward(x, mask), out_long, mask, what)
@@ -217,7 +231,7 @@ def _finite_case(
 
 def _gradients(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    grads = s.gradients(s.build(LENGTH + EXTRA), x, mask)
+    grads = s.gradients(s.small()[0], x, mask)
     norm = float(jnp.sqrt(sum(jnp.sum(g.astype(jnp.float32) ** 2) for g in jax.tree.leaves(grads))))
     size = sum(g.size for g in jax.tree.leaves(grads[0]))
     return Check(
@@ -229,9 +243,9 @@ def _gradients(s: _Subject) -> Check:
 
 def _jit_and_eval_shape(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    module = s.build(LENGTH + EXTRA)
+    module, forward = s.small()
     shape = jax.eval_shape(lambda x, m: module(x, mask=m, deterministic=True), x, mask)
-    out = s.forward(module)(x, mask)
+    out = forward(x, mask)
     agree = shape.shape == out.shape and shape.dtype == out.dtype
     value = f"eval_shape {tuple(shape.shape)} {shape.dtype}, jit {tuple(out.shape)} {out.dtype}"
     try:
@@ -240,11 +254,12 @@ def _jit_and_eval_shape(s: _Subject) -> Check:
         return Check("jit and eval_shape", agree, f"{value}; no dropout call: {err}")
     graphdef, state = nnx.split(dropping)
 
-    def train_call(x, mask, key):
+    def train_call(state, x, mask, key):
         rngs = nnx.Rngs(dropout=key)
         return nnx.merge(graphdef, state)(x, mask=mask, deterministic=False, rngs=rngs)
 
-    trained = jax.jit(train_call, compiler_options=FAST_COMPILE)(x, mask, jax.random.key(0))
+    train_call = jax.jit(train_call, compiler_options=FAST_COMPILE)
+    trained = train_call(state, x, mask, jax.random.key(0))
     ok = agree and trained.shape == x.shape and _finite(trained)
     return Check("jit and eval_shape", ok, f"{value}; training call (dropout 0.1) finite")
 

@@ -52,6 +52,14 @@ def model_kwargs(cfg) -> dict:
     )
 
 
+def attention_sources(cfg) -> dict[str, str]:
+    """Mechanism name -> where its class comes from (``module:Class``, plus the package and
+    version for an entry point), for every mechanism the model's layers use."""
+    kwargs = model_kwargs(cfg)
+    schedule = models.resolve_schedule(kwargs["attention"], int(kwargs["num_layers"]))
+    return {name: models.registry.source(name) for name in sorted(set(schedule))}
+
+
 def build_model(cfg, rngs: nnx.Rngs) -> nnx.Module:
     """The classifier for ``cfg.model`` on ``cfg.task``; config mistakes become ConfigError."""
     try:

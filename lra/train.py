@@ -35,7 +35,7 @@ from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
-from lra.steps import compile_steps
+from lra.steps import attention_sources, compile_steps
 from lra.track import RunInfo, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
 
@@ -346,6 +346,7 @@ def _record(cfg, run, compiled, splits, progress, test, eval_timer, code_version
         "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
         "flops_per_step": measure.compiled_flops(train_compiled),
         "num_params": compiled.num_params,
+        "attention_sources": attention_sources(cfg),
         **measure.environment(),
         "precision": cfg.trainer.precision,
         "code_version": code_version,

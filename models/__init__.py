@@ -4,7 +4,14 @@ Nothing here knows a dataset; the harness in ``lra`` builds models from configs.
 """
 
 import models.attention  # noqa: F401  (registers every mechanism)
-from models.encoder import Classifier, DualClassifier, build_classifier, sinusoidal_positions
+from models import registry
+from models.encoder import (
+    Classifier,
+    DualClassifier,
+    build_classifier,
+    resolve_schedule,
+    sinusoidal_positions,
+)
 from models.registry import RegistryError, make_attention, names, register
 
 ATTENTION_NAMES: tuple[str, ...] = names()
@@ -18,5 +25,7 @@ __all__ = [
     "make_attention",
     "names",
     "register",
+    "registry",
+    "resolve_schedule",
     "sinusoidal_positions",
 ]

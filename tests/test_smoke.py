@@ -38,6 +38,11 @@ def test_two_models_train_and_beat_the_majority_class(tmp_path):
         assert record["config"]["trainer"]["num_steps"] == 60
         assert record["test_accuracy"] > record["test_majority_rate"]
         assert all(math.isfinite(h["train_loss"]) for h in record["history"])
+    sources = {r["model"]: r["attention_sources"] for r in records}
+    assert sources["transformer"] == {"softmax": "models.attention.softmax:SoftmaxAttention"}
+    assert sources["my_attention"] == {
+        "my_attention": "my_attention.attention:SquaredReluAttention from my-attention 0.1.0"
+    }
 
 
 def test_an_unknown_model_is_a_one_line_error(tmp_path):
