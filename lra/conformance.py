@@ -123,20 +123,20 @@ def _agreement(name: str, out, other, mask, what: str) -> Check:
 
 
 class _Subject:
-    """One mechanism, built small, with jitted forward and gradient functions."""
+    """One mechanism, built small, and its jitted programs, each compiled once per shape.
+
+    A program maps ``(params, x, mask)`` to ``(output, (d/d params, d/d x))`` of the real
+    tokens' squared outputs, so one compile serves the checks of outputs and of gradients.
+    The parameters are an argument, not constants closed over: XLA would otherwise fold
+    products of them (a factorized Synthesizer's L x L weights) while compiling, which takes
+    minutes at length 4096.
+    """
 
     def __init__(self, name: str, options: dict[str, Any]):
         self.name, self.options = name, options
         self.cls = registry.get(name)
-        self._small: tuple[nnx.Module, Callable] | None = None
-
-    def small(self) -> tuple[nnx.Module, Callable]:
-        """The mechanism for lengths up to ``LENGTH + EXTRA`` and its jitted forward, built
-        once (one compile per input shape for the checks that share them)."""
-        if self._small is None:
-            module = self.build(LENGTH + EXTRA)
-            self._small = (module, self.forward(module))
-        return self._small
+        self._small: tuple[nnx.Module, Any, Callable] | None = None
+        self._long: dict[int, tuple[Any, Any]] = {}
 
     def build(self, max_len: int, seed: int = 0, **overrides) -> nnx.Module:
         options = {**self.options, **overrides}
@@ -144,17 +144,51 @@ class _Subject:
             self.name, dim=DIM, num_heads=HEADS, max_len=max_len, rngs=nnx.Rngs(seed), **options
         )
 
-    def forward(self, module: nnx.Module, dtype=None) -> Callable:
-        """Jitted ``(x, mask) -> output`` of ``module`` (parameters cast to ``dtype``).
+    @staticmethod
+    def program(module: nnx.Module) -> tuple[Any, Callable]:
+        """``(params, jitted (params, x, mask) -> (output, gradients))`` of ``module``."""
+        graphdef, params = nnx.split(module)
 
-        The parameters are an argument of the jitted function, not constants closed over:
-        XLA would otherwise fold products of them (a factorized Synthesizer's L x L weights)
-        at compile time, which takes minutes at length 4096."""
-        graphdef, state = nnx.split(module)
-        if dtype is not None:
-            state = jax.tree.map(
-                lambda v: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v, state
+        def loss(params, x, mask):
+            out = nnx.merge(graphdef, params)(x, mask=mask, deterministic=True)
+            real = jnp.where(mask[..., None], out, 0.0).astype(jnp.float32)
+            return jnp.sum(real**2), out
+
+        def value_and_grads(params, x, mask):
+            (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+                params, x, mask
             )
+            return out, grads
+
+        return params, jax.jit(value_and_grads, compiler_options=FAST_COMPILE)
+
+    def small(self) -> tuple[nnx.Module, Any, Callable]:
+        """The mechanism for lengths up to ``LENGTH + EXTRA``, its parameters and program."""
+        if self._small is None:
+            module = self.build(LENGTH + EXTRA)
+            self._small = (module, *self.program(module))
+        return self._small
+
+    def run(self, x, mask):
+        """``(output, gradients)`` of the small mechanism."""
+        _, params, program = self.small()
+        return program(params, x, mask)
+
+    def at_length(self, length: int) -> tuple[Any, Any]:
+        """Parameters and the compiled program for one all-real sequence of ``length``
+        (the memory-class check measures it; the all-real check runs it)."""
+        if length not in self._long:
+            params, program = self.program(self.build(length))
+            x, mask = _inputs([length], length)
+            self._long[length] = (params, program.lower(params, x, mask).compile())
+        return self._long[length]
+
+    def forward(self, module: nnx.Module, dtype) -> Callable:
+        """Jitted ``(x, mask) -> output`` of ``module`` with its parameters cast to ``dtype``."""
+        graphdef, state = nnx.split(module)
+        state = jax.tree.map(
+            lambda v: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v, state
+        )
 
         def apply(state, x, mask):
             return nnx.merge(graphdef, state)(x, mask=mask, deterministic=True)
@@ -162,22 +196,10 @@ class _Subject:
         jitted = jax.jit(apply, compiler_options=FAST_COMPILE)
         return lambda x, mask: jitted(state, x, mask)
 
-    def gradients(self, module: nnx.Module, x, mask, *, compile_only: bool = False):
-        """Gradients of the real tokens' squared outputs w.r.t. (params, x), or the compiled
-        function when ``compile_only``."""
-        graphdef, params = nnx.split(module)
-
-        def loss(params, x):
-            out = nnx.merge(graphdef, params)(x, mask=mask, deterministic=True)
-            return jnp.sum(jnp.where(mask[..., None], out, 0.0).astype(jnp.float32) ** 2)
-
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1)), compiler_options=FAST_COMPILE)
-        return grad.lower(params, x).compile() if compile_only else grad(params, x)
-
 
 def _shape_and_dtype(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    out = s.small()[1](x, mask)
+    out, _ = s.run(x, mask)
     ok = out.shape == x.shape and out.dtype == x.dtype
     return Check(
         "output shape and dtype",
@@ -190,9 +212,9 @@ def _padded_content(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
     noise = jnp.asarray(np.random.default_rng(1).normal(size=x.shape).astype(np.float32)) * 5
     changed = jnp.where(mask[..., None], x, noise)
-    forward = s.small()[1]
+    out, out_changed = s.run(x, mask)[0], s.run(changed, mask)[0]
     what = "when the padded inputs change"
-    return _agreement("padded token content", forward(x, mask), forward(changed, mask), mask, what)
+    return _agreement("padded token content", out, out_changed, mask, what)
 
 
 def _same_without_padding(s: _Subject) -> Check:
@@ -207,31 +229,41 @@ def _same_without_padding(s: _Subject) -> Check:
     x, mask = _inputs(lengths, LENGTH)
     x_long, mask_long = _inputs(lengths, LENGTH + EXTRA, seed=2)
     x_long = x_long.at[:, :LENGTH].set(x)
-    forward = s.small()[1]
-    out_long = forward(x_long, mask_long)[:, :LENGTH]
+    out_long = s.run(x_long, mask_long)[0][:, :LENGTH]
     what = f"with {EXTRA} more padded positions (the first row has none without them)"
-    return _agreement("same without padding", forward(x, mask), out_long, mask, what)
+    return _agreement("same without padding", s.run(x, mask)[0], out_long, mask, what)
 
 
-def _finite_case(
-    s: _Subject, title: str, lengths: Sequence[int], dtype=jnp.float32, length: int = LENGTH
-) -> Check:
-    module = s.build(length + EXTRA)
-    x, mask = _inputs(lengths, length, dtype=dtype)
-    out = s.forward(module, dtype=dtype)(x, mask)
-    out_ok = _finite(out)
-    grads_ok = True
-    if dtype == jnp.float32:
-        grads_ok = _finite(s.gradients(module, x, mask))
-    what = "outputs" if dtype != jnp.float32 else "outputs and gradients"
-    value = f"{what} finite: {out_ok and grads_ok} (lengths {list(lengths)} of {length}"
-    value += f", {jnp.dtype(dtype).name}, output {out.dtype})"
-    return Check(title, out_ok and grads_ok, value)
+def _finite_line(title: str, out, grads, lengths, length: int, dtype) -> Check:
+    ok = _finite(out) and _finite(grads)
+    what = "outputs and gradients" if grads is not None else "outputs"
+    value = f"{what} finite: {ok} (lengths {list(lengths)} of {length}, "
+    return Check(title, ok, value + f"{jnp.dtype(dtype).name}, output {out.dtype})")
+
+
+def _single_real_token(s: _Subject) -> Check:
+    x, mask = _inputs([1, 1], LENGTH)
+    out, grads = s.run(x, mask)
+    return _finite_line("single real token", out, grads, [1, 1], LENGTH, jnp.float32)
+
+
+def _all_real(s: _Subject, length: int) -> Check:
+    params, compiled = s.at_length(length)
+    x, mask = _inputs([length], length)
+    out, grads = compiled(params, x, mask)
+    return _finite_line("all tokens real", out, grads, [length], length, jnp.float32)
+
+
+def _bfloat16(s: _Subject) -> Check:
+    lengths = [LENGTH, 61, 1]
+    x, mask = _inputs(lengths, LENGTH, dtype=jnp.bfloat16)
+    out = s.forward(s.small()[0], jnp.bfloat16)(x, mask)
+    return _finite_line("bfloat16", out, None, lengths, LENGTH, jnp.bfloat16)
 
 
 def _gradients(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    grads = s.gradients(s.small()[0], x, mask)
+    grads = s.run(x, mask)[1]
     norm = float(jnp.sqrt(sum(jnp.sum(g.astype(jnp.float32) ** 2) for g in jax.tree.leaves(grads))))
     size = sum(g.size for g in jax.tree.leaves(grads[0]))
     return Check(
@@ -243,9 +275,9 @@ def _gradients(s: _Subject) -> Check:
 
 def _jit_and_eval_shape(s: _Subject) -> Check:
     x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    module, forward = s.small()
+    module = s.small()[0]
     shape = jax.eval_shape(lambda x, m: module(x, mask=m, deterministic=True), x, mask)
-    out = forward(x, mask)
+    out = s.run(x, mask)[0]
     agree = shape.shape == out.shape and shape.dtype == out.dtype
     value = f"eval_shape {tuple(shape.shape)} {shape.dtype}, jit {tuple(out.shape)} {out.dtype}"
     try:
@@ -268,9 +300,7 @@ def _memory_class(s: _Subject, lengths: Sequence[int]) -> Check:
     declared = getattr(s.cls, "memory_class", None)
     sizes = []
     for length in lengths:
-        x, mask = _inputs([length], length)
-        compiled = s.gradients(s.build(length), x, mask, compile_only=True)
-        sizes.append(measure.compiled_memory_bytes(compiled))
+        sizes.append(measure.compiled_memory_bytes(s.at_length(length)[1]))
     if any(not b for b in sizes):
         return Check("memory class", None, "this backend has no compiled memory analysis")
     slope = float(np.polyfit(np.log(lengths), np.log(sizes), 1)[0])
@@ -354,17 +384,9 @@ def check_attention(
         ("output shape and dtype", lambda: _shape_and_dtype(subject)),
         ("padded token content", lambda: _padded_content(subject)),
         ("same without padding", lambda: _same_without_padding(subject)),
-        ("single real token", lambda: _finite_case(subject, "single real token", [1, 1])),
-        (
-            "all tokens real",
-            lambda: _finite_case(
-                subject, "all tokens real", [max(memory_lengths)], length=max(memory_lengths)
-            ),
-        ),
-        (
-            "bfloat16",
-            lambda: _finite_case(subject, "bfloat16", [LENGTH, 61, 1], dtype=jnp.bfloat16),
-        ),
+        ("single real token", lambda: _single_real_token(subject)),
+        ("all tokens real", lambda: _all_real(subject, max(memory_lengths))),
+        ("bfloat16", lambda: _bfloat16(subject)),
         ("gradients finite", lambda: _gradients(subject)),
         ("jit and eval_shape", lambda: _jit_and_eval_shape(subject)),
         ("memory class", lambda: _memory_class(subject, memory_lengths)),

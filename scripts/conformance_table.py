@@ -27,7 +27,7 @@ def row(report: conformance.Report, seconds: float) -> str:
         f"| {report.mechanism} | {sum(bool(c.passed) for c in counted)}/{len(counted)} | "
         f"{', '.join(report.failed()) or '-'} | {declared.group(1) if declared else '?'} | "
         f"{slope.group(1) if slope else '?'} | "
-        f"{'yes' if checks['same without padding'].passed else 'not declared'} | "
+        f"{'yes' if checks['same without padding'].passed else 'not claimed'} | "
         f"{params.group(1).strip() if params else '?'} | {seconds:.0f} |"
     )
 
