@@ -42,6 +42,7 @@ from flax import nnx
 from omegaconf import OmegaConf
 
 from lra import CONFIG_DIR, measure
+from lra.steps import cast_floats, count_params
 from models import registry
 
 # Effective when this module is imported before JAX starts its backend (as lra-check-attention
@@ -53,6 +54,7 @@ __all__ = ["Check", "Report", "check_attention"]
 
 DIM, HEADS = 32, 2
 LENGTH, EXTRA = 96, 32
+PADDED_LENGTHS = (LENGTH, 61, 7)
 MEMORY_LENGTHS = (1024, 2048, 4096)
 LINEAR_MAX_SLOPE, QUADRATIC_MIN_SLOPE = 1.35, 1.5
 TOLERANCE = 1e-5
@@ -136,6 +138,7 @@ class _Subject:
         self.name, self.options = name, options
         self.cls = registry.get(name)
         self._small: tuple[nnx.Module, Any, Callable] | None = None
+        self._padded: tuple[Any, Any, Any, Any] | None = None
         self._long: dict[int, tuple[Any, Any]] = {}
 
     def build(self, max_len: int, seed: int = 0, **overrides) -> nnx.Module:
@@ -174,6 +177,14 @@ class _Subject:
         _, params, program = self.small()
         return program(params, x, mask)
 
+    def padded(self) -> tuple[Any, Any, Any, Any]:
+        """``(x, mask, output, gradients)`` of the padded batch (lengths 96, 61, 7 of 96) that
+        several checks look at, computed once."""
+        if self._padded is None:
+            x, mask = _inputs(PADDED_LENGTHS, LENGTH)
+            self._padded = (x, mask, *self.run(x, mask))
+        return self._padded
+
     def at_length(self, length: int) -> tuple[Any, Any]:
         """Parameters and the compiled program for one all-real sequence of ``length``
         (the memory-class check measures it; the all-real check runs it)."""
@@ -186,9 +197,7 @@ class _Subject:
     def forward(self, module: nnx.Module, dtype) -> Callable:
         """Jitted ``(x, mask) -> output`` of ``module`` with its parameters cast to ``dtype``."""
         graphdef, state = nnx.split(module)
-        state = jax.tree.map(
-            lambda v: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v, state
-        )
+        state = cast_floats(state, dtype)
 
         def apply(state, x, mask):
             return nnx.merge(graphdef, state)(x, mask=mask, deterministic=True)
@@ -198,8 +207,7 @@ class _Subject:
 
 
 def _shape_and_dtype(s: _Subject) -> Check:
-    x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    out, _ = s.run(x, mask)
+    x, _, out, _ = s.padded()
     ok = out.shape == x.shape and out.dtype == x.dtype
     return Check(
         "output shape and dtype",
@@ -209,12 +217,11 @@ def _shape_and_dtype(s: _Subject) -> Check:
 
 
 def _padded_content(s: _Subject) -> Check:
-    x, mask = _inputs([LENGTH, 61, 7], LENGTH)
+    x, mask, out, _ = s.padded()
     noise = jnp.asarray(np.random.default_rng(1).normal(size=x.shape).astype(np.float32)) * 5
     changed = jnp.where(mask[..., None], x, noise)
-    out, out_changed = s.run(x, mask)[0], s.run(changed, mask)[0]
     what = "when the padded inputs change"
-    return _agreement("padded token content", out, out_changed, mask, what)
+    return _agreement("padded token content", out, s.run(changed, mask)[0], mask, what)
 
 
 def _same_without_padding(s: _Subject) -> Check:
@@ -225,13 +232,12 @@ def _same_without_padding(s: _Subject) -> Check:
             None,
             "not checked: the class does not declare same_without_padding = True",
         )
-    lengths = [LENGTH, 61, 7]
-    x, mask = _inputs(lengths, LENGTH)
-    x_long, mask_long = _inputs(lengths, LENGTH + EXTRA, seed=2)
+    x, mask, out, _ = s.padded()
+    x_long, mask_long = _inputs(PADDED_LENGTHS, LENGTH + EXTRA, seed=2)
     x_long = x_long.at[:, :LENGTH].set(x)
     out_long = s.run(x_long, mask_long)[0][:, :LENGTH]
     what = f"with {EXTRA} more padded positions (the first row has none without them)"
-    return _agreement("same without padding", s.run(x, mask)[0], out_long, mask, what)
+    return _agreement("same without padding", out, out_long, mask, what)
 
 
 def _finite_line(title: str, out, grads, lengths, length: int, dtype) -> Check:
@@ -262,8 +268,7 @@ def _bfloat16(s: _Subject) -> Check:
 
 
 def _gradients(s: _Subject) -> Check:
-    x, mask = _inputs([LENGTH, 61, 7], LENGTH)
-    grads = s.run(x, mask)[1]
+    grads = s.padded()[3]
     norm = float(jnp.sqrt(sum(jnp.sum(g.astype(jnp.float32) ** 2) for g in jax.tree.leaves(grads))))
     size = sum(g.size for g in jax.tree.leaves(grads[0]))
     return Check(
@@ -274,10 +279,9 @@ def _gradients(s: _Subject) -> Check:
 
 
 def _jit_and_eval_shape(s: _Subject) -> Check:
-    x, mask = _inputs([LENGTH, 61, 7], LENGTH)
+    x, mask, out, _ = s.padded()
     module = s.small()[0]
     shape = jax.eval_shape(lambda x, m: module(x, mask=m, deterministic=True), x, mask)
-    out = s.run(x, mask)[0]
     agree = shape.shape == out.shape and shape.dtype == out.dtype
     value = f"eval_shape {tuple(shape.shape)} {shape.dtype}, jit {tuple(out.shape)} {out.dtype}"
     try:
@@ -342,8 +346,7 @@ def _param_count(name: str, setting: dict[str, int], options: dict[str, Any]) ->
             **options,
         )
 
-    abstract = nnx.eval_shape(build)
-    return int(sum(p.size for p in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
+    return count_params(nnx.state(nnx.eval_shape(build), nnx.Param))
 
 
 def _parameters(s: _Subject) -> Check:
