@@ -24,9 +24,9 @@ import jax
 import numpy as np
 from omegaconf import OmegaConf
 
-from lra import measure, results
+from lra import measure, parallel, results
 from lra.errors import ConfigError
-from lra.steps import compile_steps
+from lra.steps import abstract_batch, compile_steps, train_step_flops
 
 
 def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> dict:
@@ -43,12 +43,6 @@ def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> di
         "labels": rng.integers(0, task_cfg.num_classes, size=batch_size).astype(np.int32),
         "weights": np.ones(batch_size, np.float32),
     }
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """True for XLA's allocation failures (RESOURCE_EXHAUSTED / out of memory)."""
-    text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
 
 
 def _timed_windows(run_steps, windows: int, steps_per_window: int) -> list[float]:
@@ -72,18 +66,37 @@ def measure_length(
 ) -> dict:
     """Compile the train and eval steps of ``cfg`` at ``length`` and measure them.
 
+    The batch is split over every device of ``trainer.mesh`` (as in training), so
+    the speed is that of the whole mesh and the memory that of one device.
+
     Returns ``status`` ("ok" or "oom"), ``num_params``, ``flops_per_step``,
     ``compiled_memory_bytes``, ``peak_memory_bytes`` with ``memory_source``, and
     (when ``time_steps``) the median train and eval steps/sec with their windows.
     """
     cfg = OmegaConf.merge(cfg, {"task": {"max_length": int(length)}})
-    batch = jax.device_put(synthetic_batch(cfg.task, batch_size, length))
-    out = {"length": int(length), "batch_size": int(batch_size), "status": "ok"}
+    grad_accum = int(cfg.trainer.get("grad_accum", 1))
+    topology = parallel.make_topology(cfg.trainer.get("mesh"), batch_size, grad_accum)
+    rows = slice(
+        topology.process_index * topology.per_process_batch,
+        (topology.process_index + 1) * topology.per_process_batch,
+    )
+    local = jax.tree.map(lambda x: x[rows], synthetic_batch(cfg.task, batch_size, length))
+    batch = topology.put(local)
+    out = {
+        "length": int(length),
+        "batch_size": int(batch_size),
+        **topology.describe(),
+        "grad_accum": grad_accum,
+        "remat": bool(cfg.trainer.get("remat", False)),
+        "status": "ok",
+    }
     try:
-        compiled = compile_steps(cfg, batch)
+        example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
+        compiled = compile_steps(cfg, example, topology=topology)
         out.update(
+            compile_seconds=compiled.compile_seconds,
             num_params=compiled.num_params,
-            flops_per_step=measure.compiled_flops(compiled.train_step),
+            flops_per_step=train_step_flops(compiled.train_step, grad_accum),
             compiled_memory_bytes=measure.compiled_memory_bytes(compiled.train_step),
         )
         if time_steps:
@@ -112,7 +125,7 @@ def measure_length(
         memory, source = measure.peak_memory(compiled.train_step)
         out.update(peak_memory_bytes=memory, memory_source=source)
     except Exception as err:  # XLA raises its own runtime error types
-        if not is_out_of_memory(err):
+        if not measure.is_out_of_memory(err):
             raise
         out.update(status="oom", error=str(err).splitlines()[0][:300])
     return out
@@ -124,6 +137,8 @@ def measure_cell(cfg_container: dict, length: int, batch_size: int, options: dic
     Module-level so a spawned process can run it.
     """
     measure.configure_cpu_memory_analysis()
+    if cfg_container["trainer"].get("remat"):
+        measure.configure_cpu_remat()
     out = measure_length(OmegaConf.create(cfg_container), length, batch_size, **options)
     return {**out, **measure.environment()}
 

@@ -15,6 +15,7 @@ are tuples (two entries for the dual-encoder Retrieval task), ``labels`` is
 ``int32[B]`` and ``weights`` is ``float32[B]`` (0 for filler rows).
 """
 
+import time
 from typing import Any, NamedTuple
 
 import jax
@@ -24,6 +25,7 @@ from flax import nnx
 from omegaconf import OmegaConf
 
 import models
+from lra import measure
 from lra.errors import ConfigError
 from lra.optim import make_optimizer
 
@@ -49,6 +51,7 @@ def model_kwargs(cfg) -> dict:
         attention=model["attention"],
         attention_options=model.get("attention_options") or {},
         dual=bool(cfg.task.get("dual", False)),
+        remat=bool(cfg.trainer.get("remat", False)),
     )
 
 
@@ -80,7 +83,8 @@ def cast_floats(tree, dtype):
 
 
 def _forward(graphdef, params, rest, batch, *, deterministic, rngs, dtype):
-    model = nnx.merge(graphdef, cast_floats(params, dtype), rest)
+    # copy=True: fresh variables in this trace, so nnx.remat may write its state back
+    model = nnx.merge(graphdef, cast_floats(params, dtype), rest, copy=True)
     args = [a for pair in zip(batch["tokens"], batch["lengths"], strict=True) for a in pair]
     logits = model(*args, deterministic=deterministic, rngs=rngs)
     return logits.astype(jnp.float32)
@@ -93,29 +97,77 @@ def _weighted_metrics(logits, batch):
     return jnp.sum(losses * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
-def make_steps(graphdef, rest, tx: optax.GradientTransformation, precision: str):
-    """``(train_step, eval_step)`` for a model structure, optimizer and precision."""
+def _micro_batches(batch, grad_accum: int):
+    """``batch`` as ``grad_accum`` micro-batches stacked on a new leading axis.
+
+    Micro-batch ``k`` takes rows ``k, k + K, k + 2K, ...``: each device's rows of
+    a batch sharded over ``data`` stay on that device, so every micro-batch is
+    spread over all devices.
+    """
+
+    def split(x):
+        return x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
+
+    return jax.tree.map(split, batch)
+
+
+def make_steps(
+    graphdef, rest, tx: optax.GradientTransformation, precision: str, grad_accum: int = 1
+):
+    """``(train_step, eval_step)`` for a model structure, optimizer and precision.
+
+    With ``grad_accum = K > 1`` the train step runs the batch as K micro-batches
+    in a ``lax.scan`` and sums their gradients: the update of the whole batch at
+    about 1/K of the activation memory. (Dropout masks are drawn per micro-batch,
+    so with dropout the result differs from K = 1 as another seed would.)
+    """
     if precision not in PRECISIONS:
         raise ConfigError(
             f"unknown trainer.precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
         )
     dtype = PRECISIONS[precision]
 
+    def loss_sums(params, batch, dropout_key):
+        rngs = nnx.Rngs(dropout=dropout_key)  # created inside the traced function
+        logits = _forward(
+            graphdef, params, rest, batch, deterministic=False, rngs=rngs, dtype=dtype
+        )
+        loss_sum, correct, count = _weighted_metrics(logits, batch)
+        return loss_sum, (correct, count)
+
+    sums_and_grads = jax.value_and_grad(loss_sums, has_aux=True)
+
+    def batch_gradients(params, batch, dropout_key):
+        """Summed loss, correct count, weight count and summed gradients of the batch."""
+        if grad_accum == 1:
+            (loss_sum, (correct, count)), grads = sums_and_grads(params, batch, dropout_key)
+            return loss_sum, correct, count, grads
+
+        def accumulate(carry, micro):
+            index, micro_batch = micro
+            key = jax.random.fold_in(dropout_key, index)
+            (loss_sum, (correct, count)), grads = sums_and_grads(params, micro_batch, key)
+            totals, grad_sum = carry
+            totals = (totals[0] + loss_sum, totals[1] + correct, totals[2] + count)
+            return (totals, jax.tree.map(jnp.add, grad_sum, grads)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        start = ((jnp.zeros(()), jnp.zeros(()), jnp.zeros(())), zeros)
+        micro = (jnp.arange(grad_accum), _micro_batches(batch, grad_accum))
+        ((loss_sum, correct, count), grads), _ = jax.lax.scan(accumulate, start, micro)
+        return loss_sum, correct, count, grads
+
     def train_step(state: TrainState, batch, key):
         dropout_key = jax.random.fold_in(key, state.step)
-
-        def loss_fn(params):
-            rngs = nnx.Rngs(dropout=dropout_key)  # created inside the traced function
-            logits = _forward(
-                graphdef, params, rest, batch, deterministic=False, rngs=rngs, dtype=dtype
-            )
-            loss_sum, correct, count = _weighted_metrics(logits, batch)
-            return loss_sum / count, correct / count
-
-        (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        loss_sum, correct, count, grad_sums = batch_gradients(state.params, batch, dropout_key)
+        grads = jax.tree.map(lambda g: g / count, grad_sums)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
+        metrics = {
+            "loss": loss_sum / count,
+            "accuracy": correct / count,
+            "grad_norm": optax.tree.norm(grads),
+        }
         return TrainState(params, opt_state, state.step + 1), metrics
 
     def eval_step(params, batch):
@@ -126,33 +178,81 @@ def make_steps(graphdef, rest, tx: optax.GradientTransformation, precision: str)
     return train_step, eval_step
 
 
+def abstract_batch(task_cfg, batch_size: int, sharding=None) -> dict:
+    """The shapes and dtypes of a global batch of ``task_cfg`` (no data needed)."""
+    num_inputs = 2 if task_cfg.get("dual", False) else 1
+    length = int(task_cfg.max_length)
+
+    def spec(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+    return {
+        "tokens": tuple(spec((batch_size, length), jnp.int32) for _ in range(num_inputs)),
+        "lengths": tuple(spec((batch_size,), jnp.int32) for _ in range(num_inputs)),
+        "labels": spec((batch_size,), jnp.int32),
+        "weights": spec((batch_size,), jnp.float32),
+    }
+
+
+def train_step_flops(compiled_train, grad_accum: int) -> float | None:
+    """FLOPs of one train step: XLA's cost analysis, with the micro-batch loop counted.
+
+    XLA counts the body of a ``lax.scan`` once, so with ``grad_accum = K`` the
+    analysis covers one micro-batch plus the update; scaling by K counts every
+    micro-batch (and the optimizer update, a small share, K times).
+    """
+    flops = measure.compiled_flops(compiled_train)
+    return None if flops is None else flops * int(grad_accum)
+
+
 class Compiled(NamedTuple):
     """A freshly initialised train state and its ahead-of-time compiled steps."""
 
-    state: TrainState
+    state: TrainState  # placed (replicated) on the mesh's devices
     train_step: Any  # (state, batch, key) -> (state, metrics); donates state; None if not asked
     eval_step: Any  # (params, batch) -> {"loss_sum", "correct", "count"}
     dropout_key: jax.Array
     num_params: int
+    compile_seconds: dict  # {"train": s, "eval": s}: ahead-of-time lowering + compiling
 
 
-def compile_steps(cfg, example_batch: dict, *, train: bool = True) -> Compiled:
+def compile_steps(
+    cfg, example_batch: dict, *, train: bool = True, evaluate: bool = True, topology=None
+) -> Compiled:
     """Build the model of ``cfg`` (seeded by ``cfg.seed``), init the optimizer, compile.
 
     Compiling here, before any timed work, keeps compilation out of every speed
     measurement and gives the compiled memory analysis and FLOPs up front.
-    ``train=False`` compiles the eval step only (``train_step`` is None).
+    ``example_batch`` may be arrays or :func:`abstract_batch` shapes. With a
+    ``topology`` (:mod:`lra.parallel`) the state is replicated on its mesh and the
+    batch split over its ``data`` axis; without, everything is on the default device.
+    ``train=False`` or ``evaluate=False`` leaves that step out (None).
     """
     model = build_model(cfg, nnx.Rngs(params=jax.random.key(int(cfg.seed))))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     tx = make_optimizer(cfg.trainer)
-    train_step, eval_step = make_steps(graphdef, rest, tx, cfg.trainer.precision)
+    grad_accum = int(cfg.trainer.get("grad_accum", 1))
+    if grad_accum < 1:
+        raise ConfigError(f"trainer.grad_accum must be at least 1, got {grad_accum}")
+    train_step, eval_step = make_steps(graphdef, rest, tx, cfg.trainer.precision, grad_accum)
     state = TrainState(params, tx.init(params), jnp.zeros((), jnp.int32))
     dropout_key = jax.random.key(int(cfg.seed), impl="rbg")
-    evaluate = jax.jit(eval_step).lower(state.params, example_batch).compile()
+    jit_options = {}
+    if topology is not None:
+        state, dropout_key = topology.replicate((state, dropout_key))
+        jit_options["out_shardings"] = topology.replicated
+    seconds, evaluator = {}, None
+    if evaluate:
+        start = time.perf_counter()
+        evaluator = jax.jit(eval_step, **jit_options).lower(state.params, example_batch).compile()
+        seconds["eval"] = time.perf_counter() - start
     if train:
-        lowered = jax.jit(train_step, donate_argnums=0).lower(state, example_batch, dropout_key)
+        start = time.perf_counter()
+        lowered = jax.jit(train_step, donate_argnums=0, **jit_options).lower(
+            state, example_batch, dropout_key
+        )
         train_step = lowered.compile()
+        seconds["train"] = time.perf_counter() - start
     else:
         train_step = None
-    return Compiled(state, train_step, evaluate, dropout_key, count_params(params))
+    return Compiled(state, train_step, evaluator, dropout_key, count_params(params), seconds)

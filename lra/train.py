@@ -16,6 +16,7 @@ step boundary, and rerunning the same command resumes from the newest checkpoint
 A resumed run gives the record an uninterrupted run gives.
 """
 
+import contextlib
 import logging
 import math
 import socket
@@ -26,17 +27,18 @@ import numpy as np
 from omegaconf import OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from lra import measure, results
+from lra import measure, parallel, results
 from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import load_task, resolve_data_dir
-from lra.errors import ConfigError, LRAError
+from lra.errors import ConfigError, DataError, LRAError
 from lra.optim import make_schedule
+from lra.preflight import OutOfMemory, check_fits
 from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
-from lra.steps import attention_sources, compile_steps
-from lra.track import RunInfo, check_loggers, open_trackers, sweep_group
+from lra.steps import abstract_batch, attention_sources, compile_steps, train_step_flops
+from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
 
 SELECTIONS = ("best_val", "last")
@@ -64,13 +66,23 @@ def _train_means(pending: list, step: int) -> dict:
     }
 
 
-def evaluate(eval_step, params, split, batch_size: int, max_batches=None, timer=None) -> dict:
-    """Accuracy and mean loss of ``params`` on ``split`` (all of it unless ``max_batches``)."""
+def evaluate(
+    eval_step, params, split, batch_size: int, max_batches=None, timer=None, topology=None
+) -> dict:
+    """Accuracy and mean loss of ``params`` on ``split`` (all of it unless ``max_batches``).
+
+    With a ``topology`` each process reads its rows of every batch and the step's
+    sums cover the whole global batch, so every process gets the same totals.
+    """
     totals = {"loss_sum": 0.0, "correct": 0.0, "count": 0.0}
     outs, steps = [], 0
+    shards, put = (
+        ({}, jax.device_put) if topology is None else (topology.shard_args(), topology.put)
+    )
     if timer is not None:
         timer.start()
-    for batch in prefetch(eval_batches(split, batch_size, max_batches=max_batches)):
+    batches = eval_batches(split, batch_size, max_batches=max_batches, **shards)
+    for batch in prefetch(batches, put=put):
         outs.append(eval_step(params, batch))
         steps += 1
     outs = jax.device_get(outs)
@@ -99,6 +111,7 @@ def _check_trainer(trainer) -> None:
     for key, low in (
         ("num_steps", 1),
         ("batch_size", 1),
+        ("grad_accum", 1),
         ("eval_every", 1),
         ("log_every", 1),
         ("keep_checkpoints", 1),
@@ -127,6 +140,9 @@ def train_and_evaluate(cfg) -> dict:
     trainer = cfg.trainer
     _check_trainer(trainer)
     check_loggers(cfg.get("logger"))
+    parallel.initialize_distributed(cfg.get("distributed"))
+    batch_size = int(trainer.batch_size)
+    topology = parallel.make_topology(trainer.get("mesh"), batch_size, trainer.get("grad_accum", 1))
     results_dir = results.ensure_writable(cfg.results_dir)
     data_dir = resolve_data_dir(cfg.data_dir)
     run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))
@@ -136,13 +152,20 @@ def train_and_evaluate(cfg) -> dict:
         )
         return {**done, "record_path": str(run.record_path), "skipped": True}
 
+    # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
+    example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
+    compiled = compile_steps(cfg, example, topology=topology)
+    if trainer.get("preflight", True):
+        _preflight(cfg, compiled, topology, example)
     splits = load_task(cfg.task, data_dir)
-    batch_size = int(trainer.batch_size)
-    compiled = compile_steps(cfg, next(train_batches(splits["train"], batch_size, int(cfg.seed))))
-    with RunLock(run.path, started_at) as lock, StopSignals() as stop:
-        if lock.took_over:
+    _check_lengths(cfg.task, splits)
+    lock = RunLock(run.path, started_at) if topology.is_main else contextlib.nullcontext()
+    with lock, StopSignals() as stop:
+        if getattr(lock, "took_over", None):
             log.warning(f"took over the lock of a stopped trainer: {lock.took_over}")
-        run.claim(trainer.resume)
+        if topology.is_main:
+            run.claim(trainer.resume)
+        topology.barrier("run folder claimed")
         ckpts = Checkpoints(
             run.path,
             keep=trainer.keep_checkpoints,
@@ -159,39 +182,55 @@ def train_and_evaluate(cfg) -> dict:
             prior_wall = progress.wall_seconds
             if progress.step:
                 log.info(f"resuming {run.key} from step {progress.step} ({ckpts.folder})")
-            trackers = open_trackers(cfg.get("logger"), _run_info(cfg, run, progress.step))
-            state, best_params, progress = _train(
-                cfg,
-                compiled,
-                splits,
-                jax.device_put(state),
-                best_params,
-                progress,
-                ckpts,
-                stop,
-                trackers,
-                session_start,
-            )
-            kept = ckpts.wait()
+            info = _run_info(cfg, run, progress.step)
+            trackers = open_trackers(cfg.get("logger"), info) if topology.is_main else Trackers([])
+            try:
+                state, best_params, progress = _train(
+                    cfg,
+                    compiled,
+                    topology,
+                    splits,
+                    topology.replicate(state),
+                    best_params,
+                    progress,
+                    ckpts,
+                    stop,
+                    trackers,
+                    session_start,
+                )
+                kept = ckpts.wait()
 
-            if trainer.selection == "best_val":
-                selected, selected_step = best_params, progress.best_step
-                val_accuracy = progress.best_accuracy
-            else:
-                selected, selected_step = state.params, progress.step
-                val_accuracy = progress.history[-1]["val_accuracy"]
-            eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
-            test = evaluate(
-                compiled.eval_step, selected, splits["test"], batch_size, None, eval_timer
-            )
-            record = _record(cfg, run, compiled, splits, progress, test, eval_timer, code)
+                if trainer.selection == "best_val":
+                    selected, selected_step = best_params, progress.best_step
+                    val_accuracy = progress.best_accuracy
+                else:
+                    selected, selected_step = state.params, progress.step
+                    val_accuracy = progress.history[-1]["val_accuracy"]
+                eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
+                test = evaluate(
+                    compiled.eval_step,
+                    topology.replicate(selected),
+                    splits["test"],
+                    batch_size,
+                    None,
+                    eval_timer,
+                    topology,
+                )
+            except Exception as err:  # XLA raises its own runtime error types
+                if measure.is_out_of_memory(err):
+                    raise _out_of_memory(err, compiled) from err
+                raise
+            record = _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, code)
             record.update(
                 val_accuracy=val_accuracy,
                 selected_step=selected_step,
                 checkpoint_steps=kept,
                 wall_seconds=prior_wall + time.perf_counter() - session_start,
             )
-            record["record_path"] = str(run.write_record(record))
+            if topology.is_main:
+                record["record_path"] = str(run.write_record(record))
+            else:
+                record["record_path"] = str(run.record_path)  # written by process 0
             trackers.summary(record)
         finally:
             ckpts.close()
@@ -200,8 +239,58 @@ def train_and_evaluate(cfg) -> dict:
     return record
 
 
+def _check_lengths(task_cfg, splits) -> None:
+    for name, split in splits.items():
+        if split.max_length != int(task_cfg.max_length):
+            raise DataError(
+                f"the prepared {name} split of {task_cfg.name} has length {split.max_length}, "
+                f"but task.max_length is {task_cfg.max_length}; prepare it again with "
+                f"lra-data task={task_cfg.name} rebuild=true"
+            )
+
+
+def _preflight(cfg, compiled, topology, example) -> None:
+    """Stop (:class:`OutOfMemory`) if the compiled train step does not fit the device."""
+    trainer = cfg.trainer
+
+    def measure_bytes(grad_accum: int, remat: bool) -> int | None:
+        variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": grad_accum, "remat": remat}})
+        train = compile_steps(variant, example, topology=topology, evaluate=False).train_step
+        return measure.compiled_memory_bytes(train)
+
+    check_fits(
+        measure.compiled_memory_bytes(compiled.train_step),
+        trainer.get("memory_limit_gb"),
+        measure_bytes,
+        topology.per_device_batch,
+        int(trainer.get("grad_accum", 1)),
+        bool(trainer.get("remat", False)),
+    )
+
+
+def _out_of_memory(err: BaseException, compiled) -> OutOfMemory:
+    needed = measure.compiled_memory_bytes(compiled.train_step)
+    plan = "" if needed is None else f" (the compiled train step needs {needed / 1e9:.1f} GB)"
+    return OutOfMemory(
+        f"the device ran out of memory{plan}: {str(err).splitlines()[0][:200]}; lower the "
+        "memory with trainer.grad_accum=2 (or more) or trainer.remat=true, or leave "
+        "trainer.preflight=true and trainer.memory_limit_gb=<GB the device has free> to have "
+        "the fitting settings found"
+    )
+
+
 def _train(
-    cfg, compiled, splits, state, best_params, progress, ckpts, stop, trackers, session_start
+    cfg,
+    compiled,
+    topology,
+    splits,
+    state,
+    best_params,
+    progress,
+    ckpts,
+    stop,
+    trackers,
+    session_start,
 ):
     """Train from ``progress.step`` to ``trainer.num_steps``: ``(state, best_params, progress)``.
 
@@ -236,12 +325,19 @@ def _train(
 
     if stop.requested:
         raise stopped(progress.step, "nothing new to save")
-    display = ProgressDisplay(num_steps, progress.step, bool(trainer.progress))
+    display = ProgressDisplay(num_steps, progress.step, bool(trainer.progress) and topology.is_main)
     learning_rate = make_schedule(
         trainer.schedule, trainer.learning_rate, trainer.warmup_steps, num_steps
     )
     batches = prefetch(
-        train_batches(splits["train"], batch_size, int(cfg.seed), start_step=progress.step)
+        train_batches(
+            splits["train"],
+            batch_size,
+            int(cfg.seed),
+            start_step=progress.step,
+            **topology.shard_args(),
+        ),
+        put=topology.put,
     )
     try:
         with logging_redirect_tqdm():
@@ -276,6 +372,7 @@ def _train(
                             batch_size,
                             trainer.get("eval_batches"),
                             eval_timer,
+                            topology,
                         )
                         log.info(
                             f"step {step}: val accuracy {val['accuracy']:.4f} "
@@ -296,10 +393,12 @@ def _train(
                     )
                     train_timer.start()
                     timed = 0
-                if step == num_steps or stop.requested or ckpts.due(step):
+                # Every process must take the same branch: a stop or a due save on any is on all.
+                stopping, due = topology.any_process(stop.requested, ckpts.due(step))
+                if step == num_steps or stopping or due:
                     train_timer.stop(timed, state)
                     save(step)
-                    if stop.requested:
+                    if stopping:
                         raise stopped(step, f"checkpoint saved in {ckpts.folder}")
                     train_timer.start()
                     timed = 0
@@ -322,7 +421,7 @@ def _run_info(cfg, run, resumed_step: int) -> RunInfo:
     )
 
 
-def _record(cfg, run, compiled, splits, progress, test, eval_timer, code_version) -> dict:
+def _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, code_version):
     """The results record of a finished run (selection fields are added by the caller)."""
     train_compiled = compiled.train_step
     memory_bytes, memory_source = measure.peak_memory(train_compiled)
@@ -344,8 +443,12 @@ def _record(cfg, run, compiled, splits, progress, test, eval_timer, code_version
         "peak_memory_bytes": memory_bytes,
         "memory_source": memory_source,
         "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
-        "flops_per_step": measure.compiled_flops(train_compiled),
+        "flops_per_step": train_step_flops(train_compiled, cfg.trainer.get("grad_accum", 1)),
         "num_params": compiled.num_params,
+        "compile_seconds": compiled.compile_seconds,
+        **topology.describe(),
+        "grad_accum": int(cfg.trainer.get("grad_accum", 1)),
+        "remat": bool(cfg.trainer.get("remat", False)),
         "attention_sources": attention_sources(cfg),
         **measure.environment(),
         "precision": cfg.trainer.precision,

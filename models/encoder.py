@@ -317,8 +317,11 @@ class Encoder(nnx.Module):
         cls_token: bool,
         attention: str | Sequence[str] | Mapping[str, Any],
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
+        remat: bool = False,
         rngs: nnx.Rngs,
     ):
+        """``remat=True`` recomputes each block's activations in the backward pass
+        (``nnx.remat`` per block) instead of storing them: less memory, more compute."""
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.schedule = resolve_schedule(attention, num_layers)
@@ -350,6 +353,7 @@ class Encoder(nnx.Module):
             ]
         )
         self.final_norm = nnx.LayerNorm(dim, rngs=rngs)
+        self.remat = bool(remat)
 
     def __call__(self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None):
         rngs = _call_rngs(deterministic, rngs, "Encoder")
@@ -362,8 +366,14 @@ class Encoder(nnx.Module):
         mask = padding_mask(lengths, tokens.shape[1])
         kw = {"deterministic": deterministic, "rngs": rngs}
         x, mask = self.embedder(tokens, mask, **kw)
+
+        def run_block(block, x, mask, rngs):
+            return block(x, mask=mask, deterministic=deterministic, rngs=rngs)
+
+        if self.remat:
+            run_block = nnx.remat(run_block)
         for block in self.blocks:
-            x = block(x, mask=mask, **kw)
+            x = run_block(block, x, mask, rngs)
         return self.final_norm(x), mask
 
 
@@ -394,7 +404,7 @@ class Classifier(nnx.Module):
     def __init__(self, *, num_classes: int, pooling: str, rngs: nnx.Rngs, **encoder_kwargs):
         """``encoder_kwargs`` are :class:`Encoder`'s (vocab_size, max_len, num_layers, dim,
         qkv_dim, num_heads, mlp_dim, dropout, attention_dropout, positions, attention,
-        attention_options); the head is Dense(mlp_dim), ReLU, Dense(num_classes)."""
+        attention_options, remat); the head is Dense(mlp_dim), ReLU, Dense(num_classes)."""
         self.pooling = pooling
         self.encoder = _encoder(encoder_kwargs, pooling, rngs)
         dim, mlp_dim = encoder_kwargs["dim"], encoder_kwargs["mlp_dim"]

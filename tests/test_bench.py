@@ -82,10 +82,10 @@ def test_isolated_measurement_runs_in_a_fresh_process(tmp_path):
 def test_out_of_memory_length_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     real_compile = bench.compile_steps
 
-    def compile_or_oom(cfg, batch):
+    def compile_or_oom(cfg, batch, **kwargs):
         if cfg.task.max_length > 16:
             raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
-        return real_compile(cfg, batch)
+        return real_compile(cfg, batch, **kwargs)
 
     monkeypatch.setattr(bench, "compile_steps", compile_or_oom)
     cfg = bench_config(
@@ -103,7 +103,7 @@ def test_out_of_memory_length_is_recorded_and_the_sweep_goes_on(tmp_path, monkey
 
 
 def test_other_errors_are_not_mistaken_for_oom(tmp_path, monkeypatch):
-    def broken(cfg, batch):
+    def broken(cfg, batch, **kwargs):
         raise ValueError("a bug, not memory")
 
     monkeypatch.setattr(bench, "compile_steps", broken)

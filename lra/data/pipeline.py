@@ -102,8 +102,12 @@ def eval_batches(
         yield _gather(split, np.minimum(rows, n - 1), weights)
 
 
-def prefetch(batches: Iterable[dict], size: int = 2, sharding=None) -> Iterator:
-    """Put batches on the device from a background thread, ``size`` batches ahead."""
+def prefetch(batches: Iterable[dict], size: int = 2, put=jax.device_put) -> Iterator:
+    """Put batches on the device from a background thread, ``size`` batches ahead.
+
+    ``put`` places one batch (default: the default device; a run's
+    :meth:`lra.parallel.Topology.put` splits it over the mesh).
+    """
     buffer: queue.Queue = queue.Queue(maxsize=size)
     done = object()
     stop = threading.Event()
@@ -113,7 +117,7 @@ def prefetch(batches: Iterable[dict], size: int = 2, sharding=None) -> Iterator:
             for batch in batches:
                 if stop.is_set():
                     return
-                buffer.put(jax.device_put(batch, sharding))
+                buffer.put(put(batch))
         except BaseException as err:  # handed to the consumer
             buffer.put(err)
             return

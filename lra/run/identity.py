@@ -4,7 +4,10 @@ The run key is ``<model>-<task>-s<seed>-<hash>``, where ``hash`` is the first 10
 digits of the SHA-256 of the resolved config *less* everything that cannot change
 the numbers a run produces: paths (``data_dir``, ``results_dir``), worker counts,
 the progress bar and log cadence, checkpoint cadence, the resume and skip-done
-switches, and the seed (already in the key). Two commands that differ only in
+switches, how the run is spread over devices and processes (mesh, distributed,
+remat, the pre-flight memory check: the same computation up to float rounding),
+and the seed (already in the key). ``trainer.grad_accum`` stays in: with dropout,
+micro-batches draw other masks. Two commands that differ only in
 those keys share one run folder; any other difference gives another folder, so a
 checkpoint can never be resumed under a config it was not made with.
 """
@@ -19,7 +22,16 @@ from pathlib import Path
 IDENTITY_VERSION = 1
 
 # Top-level keys that never change a result.
-NON_RESULT_KEYS = ("seed", "data_dir", "results_dir", "num_workers", "rebuild", "logger", "hydra")
+NON_RESULT_KEYS = (
+    "seed",
+    "data_dir",
+    "results_dir",
+    "num_workers",
+    "rebuild",
+    "logger",
+    "hydra",
+    "distributed",
+)
 # trainer.* keys that never change a result (progress display, logging and durability).
 NON_RESULT_TRAINER_KEYS = (
     "progress",
@@ -29,6 +41,12 @@ NON_RESULT_TRAINER_KEYS = (
     "keep_checkpoints",
     "resume",
     "skip_done",
+    # How the same computation is spread over devices and memory: a run pre-empted on one
+    # machine may resume on another with a different device count.
+    "mesh",
+    "remat",
+    "preflight",
+    "memory_limit_gb",
 )
 
 

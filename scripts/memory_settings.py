@@ -1,0 +1,64 @@
+"""Compiled memory of one train step under the settings that trade compute for memory.
+
+For each ``trainer.grad_accum`` given (and with ``--remat``, each with
+``trainer.remat=true``), compiles the train step of the composed ``lra-train``
+config from shapes alone (no data, nothing runs) and prints one JSON line: the
+per-device compiled memory (XLA's memory analysis), the compile time, FLOPs.
+
+    python scripts/memory_settings.py task=listops model=transformer -- 1 2 4 8
+    python scripts/memory_settings.py --remat task=listops model=transformer -- 1
+
+On CPU, remat only saves memory under XLA's memory-aware scheduler, which
+``--remat`` turns on for the whole process (as ``lra-train trainer.remat=true``
+does), so compare remat rows with the non-remat rows of another run.
+"""
+
+import json
+import sys
+
+from lra import measure
+
+measure.configure_cpu_memory_analysis()
+REMAT = "--remat" in sys.argv
+if REMAT:
+    measure.configure_cpu_remat()
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from lra import parallel  # noqa: E402
+from lra.cli import CONFIG_DIR  # noqa: E402
+from lra.steps import abstract_batch, compile_steps, train_step_flops  # noqa: E402
+
+
+def main(overrides: list[str], accums: list[int]) -> None:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    batch = int(cfg.trainer.batch_size)
+    for k in accums:
+        variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": k, "remat": REMAT}})
+        topology = parallel.make_topology(variant.trainer.mesh, batch, k)
+        example = abstract_batch(variant.task, batch, topology.batch_sharding)
+        compiled = compile_steps(variant, example, topology=topology, evaluate=False)
+        print(
+            json.dumps(
+                {
+                    "model": cfg.model.name,
+                    "task": cfg.task.name,
+                    "batch_size": batch,
+                    "grad_accum": k,
+                    "remat": REMAT,
+                    "compiled_memory_gb": measure.compiled_memory_bytes(compiled.train_step) / 1e9,
+                    "compile_seconds": round(compiled.compile_seconds["train"], 1),
+                    "gflops_per_step": (train_step_flops(compiled.train_step, k) or 0) / 1e9,
+                    **measure.environment(),
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--remat"]
+    split = args.index("--") if "--" in args else len(args)
+    main(args[:split], [int(k) for k in args[split + 1 :]] or [1])

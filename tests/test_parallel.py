@@ -1,0 +1,226 @@
+"""Data parallelism over several devices and processes, grad_accum, remat, pre-flight check.
+
+Multi-device runs need XLA's host-device count set before JAX starts, so they run
+in fresh processes (tests/parallel_worker.py); the 2-process run uses
+jax.distributed on localhost with gloo collectives.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SMALL_RUN, make_config, train_small
+
+from lra import measure, parallel
+from lra.errors import ConfigError, DataError
+from lra.preflight import OutOfMemory, check_fits, fitting_overrides
+from lra.run.identity import result_hash
+
+WORKER = Path(__file__).with_name("parallel_worker.py")
+NO_DROPOUT = ("task.arch.dropout=0", "task.arch.attention_dropout=0")
+
+
+def _losses(record) -> list[float]:
+    return [h["train_loss"] for h in record["history"]]
+
+
+def _start_worker(data_dir, results_dir, num_devices: int, *overrides: str):
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(data_dir), str(results_dir), str(num_devices)]
+        + list(overrides),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _result(proc, timeout=240) -> dict:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+@pytest.fixture(scope="module")
+def two_device_run(listops_tiny_dir, tmp_path_factory):
+    """The small run on one process with 2 CPU devices."""
+    results = tmp_path_factory.mktemp("two_devices")
+    return _result(_start_worker(listops_tiny_dir, results, 2))
+
+
+def test_two_devices_give_the_losses_of_one(listops_tiny_dir, tmp_path, two_device_run):
+    one = train_small(listops_tiny_dir, tmp_path)
+    assert one["num_devices"] == 1 and one["per_device_batch_size"] == 16
+    two = two_device_run
+    assert two["num_devices"] == 2 and two["mesh_shape"] == {"data": 2}
+    assert two["global_batch_size"] == 16 and two["per_device_batch_size"] == 8
+    assert _losses(two) == pytest.approx(_losses(one), rel=1e-5)
+    assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-6)
+    assert "does not split evenly over the 2 devices" in two["indivisible_error"]
+    assert "multiple of 2 (e.g. 14 or 16)" in two["indivisible_error"]
+
+
+def test_two_processes_give_the_record_of_two_devices(listops_tiny_dir, tmp_path, two_device_run):
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port = sock.getsockname()[1]
+    dist = [
+        f"distributed.coordinator_address=localhost:{port}",
+        "distributed.num_processes=2",
+    ]
+    procs = [
+        _start_worker(listops_tiny_dir, tmp_path, 1, *dist, f"distributed.process_id={i}")
+        for i in range(2)
+    ]
+    results = [_result(p) for p in procs]
+    for out in results:
+        assert out["num_processes"] == 2 and out["num_devices"] == 2
+        assert _losses(out) == pytest.approx(_losses(two_device_run), rel=1e-5)
+        assert out["test_accuracy"] == pytest.approx(two_device_run["test_accuracy"], abs=1e-6)
+    # Only process 0 wrote a record; both wrote the checkpoint the orbax multi-process way.
+    assert [p.name for p in tmp_path.rglob("record.json")] == ["record.json"]
+    assert [p.name for p in tmp_path.glob("*/checkpoints/*")] == ["4"]
+
+
+def test_mesh_and_batch_errors_name_the_fix():
+    with pytest.raises(ConfigError, match="trainer.mesh.data=2, but 1 devices are visible"):
+        parallel.make_topology({"data": 2}, 16)
+    with pytest.raises(ConfigError, match="unknown axes"):
+        parallel.make_topology({"model": 2}, 16)
+    with pytest.raises(ConfigError, match="grad_accum=3 micro-batches; use a multiple of 3"):
+        parallel.make_topology(None, 16, 3)
+
+
+def test_grad_accum_matches_the_full_batch_in_less_memory(listops_tiny_dir, tmp_path):
+    full = train_small(listops_tiny_dir, tmp_path / "full", *NO_DROPOUT)
+    accum = train_small(listops_tiny_dir, tmp_path / "accum", *NO_DROPOUT, "trainer.grad_accum=4")
+    assert accum["grad_accum"] == 4 and full["grad_accum"] == 1
+    assert _losses(accum) == pytest.approx(_losses(full), rel=1e-5)
+    assert accum["test_accuracy"] == pytest.approx(full["test_accuracy"], abs=1e-6)
+    assert accum["compiled_memory_bytes"] < 0.7 * full["compiled_memory_bytes"]
+
+
+def test_remat_gives_the_same_losses(listops_tiny_dir, tmp_path):
+    plain = train_small(listops_tiny_dir, tmp_path / "plain", *NO_DROPOUT)
+    remat = train_small(listops_tiny_dir, tmp_path / "remat", *NO_DROPOUT, "trainer.remat=true")
+    assert remat["remat"] is True and plain["remat"] is False
+    assert _losses(remat) == pytest.approx(_losses(plain), rel=1e-5)
+    # How a run is spread over devices and memory is not part of its identity.
+    assert remat["run_key"] == plain["run_key"]
+    moved = {**plain["config"], "trainer": {**plain["config"]["trainer"], "mesh": {"data": 2}}}
+    assert result_hash(moved) == result_hash(plain["config"])
+    changed = {**plain["config"], "trainer": {**plain["config"]["trainer"], "grad_accum": 2}}
+    assert result_hash(changed) != result_hash(plain["config"])
+
+
+REMAT_MEMORY = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from lra import measure
+measure.configure_cpu_memory_analysis()
+assert measure.configure_cpu_remat()
+from conftest import make_config
+from lra import parallel
+from lra.steps import abstract_batch, compile_steps
+out = {{}}
+for remat in (False, True):
+    cfg = make_config("task.max_length=256", "task.arch.num_layers=3", "task.arch.dim=32",
+                      "task.arch.qkv_dim=32", "task.arch.mlp_dim=64", "task.arch.num_heads=2",
+                      "trainer.remat=" + str(remat).lower())
+    topo = parallel.make_topology(None, 4)
+    c = compile_steps(cfg, abstract_batch(cfg.task, 4, topo.batch_sharding), topology=topo,
+                      evaluate=False)
+    out[str(remat)] = measure.compiled_memory_bytes(c.train_step)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_remat_lowers_compiled_memory():
+    code = REMAT_MEMORY.format(tests=str(Path(__file__).parent))
+    env = {**os.environ, "XLA_FLAGS": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    memory = json.loads(line[len("RESULT ") :])
+    assert memory["True"] < 0.7 * memory["False"], memory
+
+
+def _train_without_data(tmp_path, *overrides):
+    from lra.train import train_and_evaluate
+
+    empty = tmp_path / "no-data"
+    empty.mkdir(exist_ok=True)
+    cfg = make_config(
+        "task=listops_tiny", f"data_dir={empty}", f"results_dir={tmp_path}", *SMALL_RUN, *overrides
+    )
+    return train_and_evaluate(cfg)
+
+
+def test_preflight_stops_before_loading_data_and_names_what_fits(tmp_path):
+    # The small run's step needs about 3 MB; allow 2. (remat=true: only grad_accum is searched.)
+    limit = ("trainer.memory_limit_gb=0.002", "trainer.remat=true")
+    with pytest.raises(OutOfMemory) as err:
+        _train_without_data(tmp_path, *limit)
+    message = str(err.value)
+    assert "per device (XLA compiled memory analysis) but trainer.memory_limit_gb is" in message
+    assert "these overrides fit (compiled and measured): trainer.grad_accum=" in message
+    fitting = message.split("trainer.grad_accum=")[1].split(" ")[0]
+    # The suggested setting passes the check (and then finds no data: nothing was loaded before).
+    with pytest.raises(DataError):
+        _train_without_data(tmp_path, *limit, f"trainer.grad_accum={fitting}")
+
+
+def _fake_memory(k: int, remat: bool) -> int:
+    """Bytes a step would need: 64 MB of activations split over micro-batches, halved by remat."""
+    return 8_000_000 + 64_000_000 // k // (2 if remat else 1)
+
+
+def test_fitting_overrides_are_the_cheapest_that_fit():
+    tried = []
+
+    def measured(k, remat):
+        tried.append((k, remat))
+        return _fake_memory(k, remat)
+
+    found = fitting_overrides(measured, 30_000_000, 32, 1, False)
+    assert found == [
+        ("trainer.grad_accum=4", 24_000_000),
+        ("trainer.remat=true trainer.grad_accum=2", 24_000_000),
+    ]
+    assert len(tried) <= 6  # bisection, not every divisor
+    assert fitting_overrides(_fake_memory, 41_000_000, 32, 1, False)[1] == (
+        "trainer.remat=true",
+        40_000_000,
+    )
+
+
+def test_preflight_when_nothing_fits():
+    with pytest.raises(OutOfMemory, match="no grad_accum/remat setting fits"):
+        check_fits(80_000_000, 0.005, _fake_memory, 32, 1, False)
+    check_fits(80_000_000, 0.1, _fake_memory, 32, 1, False)  # fits: no error
+
+
+def test_out_of_memory_during_a_run_is_one_clear_error(listops_tiny_dir, tmp_path, monkeypatch):
+    import lra.train
+
+    def exhausted(*args, **kwargs):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.0GiB")
+
+    monkeypatch.setattr(lra.train, "_train", exhausted)
+    with pytest.raises(OutOfMemory, match="ran out of memory .* trainer.grad_accum=2"):
+        train_small(listops_tiny_dir, tmp_path)
+
+
+def test_device_memory_reads_the_limit_or_the_ram():
+    from lra.preflight import device_memory
+
+    assert device_memory(1.5) == (1_500_000_000, "trainer.memory_limit_gb")
+    available, source = device_memory(None)
+    assert source == "available RAM" and available > 0
+    assert measure.is_out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: x"))
