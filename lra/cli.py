@@ -23,7 +23,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from lra import CONFIG_DIR, measure, sweep
+from lra import CONFIG_DIR, cluster, measure, sweep
 from lra.errors import LRAError
 from lra.run.signals import Interrupted, rerun_command, terminate_raises_interrupt
 
@@ -65,12 +65,25 @@ def summarize(record: dict) -> str:
     )
 
 
+def _on_own_gpu(train):
+    """``train``, preceded by taking this process's own GPU under the joblib launcher
+    (:func:`lra.cluster.pin_local_gpu`, before JAX starts); a failure is the job's row."""
+
+    def job(cfg):
+        cluster.pin_local_gpu()
+        return train(cfg)
+
+    return job
+
+
 def _train(cfg):
+    if cfg.trainer.get("remat"):
+        measure.configure_cpu_remat()  # before the backend starts (a single run)
     from lra.train import train_and_evaluate
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
     if HydraConfig.get().mode == RunMode.MULTIRUN:
-        return sweep.run_job(cfg, train_and_evaluate, summarize)
+        return sweep.run_job(cfg, _on_own_gpu(train_and_evaluate), summarize)
     record = train_and_evaluate(cfg)
     log.info(summarize(record))
     return record["test_accuracy"]
@@ -105,6 +118,8 @@ def bench_line(record: dict) -> str:
 
 
 def _bench(cfg):
+    if cfg.trainer.get("remat"):
+        measure.configure_cpu_remat()
     from lra.bench import run_benchmark
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)

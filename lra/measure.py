@@ -25,6 +25,12 @@ import jax
 # memory figure reflect the buffers the step really needs.
 CPU_MEMORY_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 
+# XLA's CPU scheduler orders work for parallelism by default, which runs the recomputed
+# forward passes of rematerialised blocks early and so keeps their activations alive:
+# remat then saves no memory on CPU. The memory-aware scheduler lets it save (a 6-layer
+# Transformer at L=2048: 943 MB without remat, 308 MB with it under this flag).
+CPU_REMAT_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
 MEMORY_SOURCE_DEVICE = "device_peak_bytes_in_use"
 MEMORY_SOURCE_COMPILED = "xla_compiled_memory_analysis"
 
@@ -34,6 +40,22 @@ def configure_cpu_memory_analysis() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_experimental_ynn_fusion_type" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {CPU_MEMORY_FLAG}".strip()
+
+
+def configure_cpu_remat() -> bool:
+    """Add :data:`CPU_REMAT_FLAG` to ``XLA_FLAGS`` for a run with ``trainer.remat=true``.
+
+    Returns False (and changes nothing) when a JAX backend has already started in
+    this process, since XLA reads its flags once.
+    """
+    from jax._src import xla_bridge  # no public way to ask whether a backend started
+
+    if xla_bridge.backends_are_initialized():
+        return False
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {CPU_REMAT_FLAG}".strip()
+    return True
 
 
 def compiled_memory_bytes(compiled) -> int | None:
@@ -51,6 +73,12 @@ def compiled_memory_bytes(compiled) -> int | None:
         - stats.alias_size_in_bytes
         + stats.generated_code_size_in_bytes
     )
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for XLA's allocation failures (RESOURCE_EXHAUSTED / out of memory)."""
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
 
 
 def compiled_flops(compiled) -> float | None:
@@ -130,4 +158,5 @@ def environment() -> dict:
         "platform": device.platform,
         "device_count": jax.device_count(),
         "jax_version": jax.__version__,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
