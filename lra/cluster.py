@@ -25,11 +25,11 @@ where the scheduler gives each job its GPU) and single runs are left alone.
 import fcntl
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 from lra.errors import ConfigError
+from lra.measure import jax_backends_started
 
 SLOTS_FOLDER = ".gpu_slots"
 log = logging.getLogger("lra.cluster")
@@ -38,16 +38,6 @@ log = logging.getLogger("lra.cluster")
 _held: tuple[str, int] | None = None
 # CUDA_VISIBLE_DEVICES as this process found it, before a slot replaced it.
 _launch_visible: str | None = None
-
-
-def _jax_backends_started() -> bool:
-    """True once JAX has started its backends in this process (then devices are fixed)."""
-    if "jax" not in sys.modules:
-        return False
-    from jax._src import xla_bridge  # no public equivalent in JAX 0.10
-
-    started = getattr(xla_bridge, "backends_are_initialized", None)
-    return started() if started is not None else bool(getattr(xla_bridge, "_backends", {}))
 
 
 def _try_lock(path: Path) -> int | None:
@@ -131,9 +121,9 @@ def pin_local_gpu(wait_s: float = 30.0) -> str | None:
     target = str(hydra.launcher.get("_target_", ""))
     if hydra.mode != RunMode.MULTIRUN or not target.endswith("JoblibLauncher"):
         return None
-    if _held is not None and _jax_backends_started():
+    if _held is not None and jax_backends_started():
         return _held[0]  # a later job of this worker: it already runs on its GPU
-    if _held is None and _jax_backends_started():
+    if _held is None and jax_backends_started():
         log.warning(
             "JAX started its backends in this process before the job took a GPU slot; "
             "the job uses every device this process sees"

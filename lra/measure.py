@@ -42,15 +42,20 @@ def configure_cpu_memory_analysis() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {CPU_MEMORY_FLAG}".strip()
 
 
+def jax_backends_started() -> bool:
+    """True once JAX has started its backends in this process (flags and devices are fixed)."""
+    from jax._src import xla_bridge  # no public way to ask, as of JAX 0.10
+
+    return xla_bridge.backends_are_initialized()
+
+
 def configure_cpu_remat() -> bool:
     """Add :data:`CPU_REMAT_FLAG` to ``XLA_FLAGS`` for a run with ``trainer.remat=true``.
 
     Returns False (and changes nothing) when a JAX backend has already started in
     this process, since XLA reads its flags once.
     """
-    from jax._src import xla_bridge  # no public way to ask whether a backend started
-
-    if xla_bridge.backends_are_initialized():
+    if jax_backends_started():
         return False
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:

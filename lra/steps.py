@@ -194,6 +194,14 @@ def abstract_batch(task_cfg, batch_size: int, sharding=None) -> dict:
     }
 
 
+def compile_train_variant(cfg, topology, *, grad_accum: int, remat: bool) -> "Compiled":
+    """``cfg`` with ``trainer.grad_accum`` and ``trainer.remat`` set, its train step alone
+    compiled from shapes for ``topology``'s global batch (no data, nothing runs)."""
+    variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": grad_accum, "remat": remat}})
+    example = abstract_batch(variant.task, topology.global_batch, topology.batch_sharding)
+    return compile_steps(variant, example, topology=topology, evaluate=False)
+
+
 def train_step_flops(compiled_train, grad_accum: int) -> float | None:
     """FLOPs of one train step: XLA's cost analysis, with the micro-batch loop counted.
 

@@ -37,7 +37,13 @@ from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
-from lra.steps import abstract_batch, attention_sources, compile_steps, train_step_flops
+from lra.steps import (
+    abstract_batch,
+    attention_sources,
+    compile_steps,
+    compile_train_variant,
+    train_step_flops,
+)
 from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
 
@@ -156,7 +162,7 @@ def train_and_evaluate(cfg) -> dict:
     example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
     compiled = compile_steps(cfg, example, topology=topology)
     if trainer.get("preflight", True):
-        _preflight(cfg, compiled, topology, example)
+        _preflight(cfg, compiled, topology)
     splits = load_task(cfg.task, data_dir)
     _check_lengths(cfg.task, splits)
     lock = RunLock(run.path, started_at) if topology.is_main else contextlib.nullcontext()
@@ -249,14 +255,13 @@ def _check_lengths(task_cfg, splits) -> None:
             )
 
 
-def _preflight(cfg, compiled, topology, example) -> None:
+def _preflight(cfg, compiled, topology) -> None:
     """Stop (:class:`OutOfMemory`) if the compiled train step does not fit the device."""
     trainer = cfg.trainer
 
     def measure_bytes(grad_accum: int, remat: bool) -> int | None:
-        variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": grad_accum, "remat": remat}})
-        train = compile_steps(variant, example, topology=topology, evaluate=False).train_step
-        return measure.compiled_memory_bytes(train)
+        variant = compile_train_variant(cfg, topology, grad_accum=grad_accum, remat=remat)
+        return measure.compiled_memory_bytes(variant.train_step)
 
     check_fits(
         measure.compiled_memory_bytes(compiled.train_step),

@@ -24,11 +24,10 @@ if REMAT:
     measure.configure_cpu_remat()
 
 from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
 from lra import parallel  # noqa: E402
 from lra.cli import CONFIG_DIR  # noqa: E402
-from lra.steps import abstract_batch, compile_steps, train_step_flops  # noqa: E402
+from lra.steps import compile_train_variant, train_step_flops  # noqa: E402
 
 
 def main(overrides: list[str], accums: list[int]) -> None:
@@ -36,10 +35,8 @@ def main(overrides: list[str], accums: list[int]) -> None:
         cfg = compose(config_name="config", overrides=overrides)
     batch = int(cfg.trainer.batch_size)
     for k in accums:
-        variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": k, "remat": REMAT}})
-        topology = parallel.make_topology(variant.trainer.mesh, batch, k)
-        example = abstract_batch(variant.task, batch, topology.batch_sharding)
-        compiled = compile_steps(variant, example, topology=topology, evaluate=False)
+        topology = parallel.make_topology(cfg.trainer.mesh, batch, k)
+        compiled = compile_train_variant(cfg, topology, grad_accum=k, remat=REMAT)
         print(
             json.dumps(
                 {
