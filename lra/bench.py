@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from lra import measure, parallel, results
 from lra.errors import ConfigError
+from lra.setting import describe_setting
 from lra.steps import abstract_batch, compile_steps, train_step_flops
 
 
@@ -180,6 +181,7 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
         "steps_per_window": int(cfg.bench.steps_per_window),
     }
     code_version = results.code_version()
+    setting = describe_setting(OmegaConf.to_container(cfg, resolve=True), config_name="bench")
     records = []
     for length in lengths:
         started_at, start = results.utc_now(), time.perf_counter()
@@ -196,6 +198,7 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
             "model": cfg.model.name,
             "task": cfg.task.name,
             "seed": int(cfg.seed),
+            **setting,
             **out,
             "precision": cfg.trainer.precision,
             "isolated": bool(cfg.bench.isolate),

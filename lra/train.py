@@ -37,6 +37,7 @@ from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
+from lra.setting import describe_setting
 from lra.steps import (
     abstract_batch,
     attention_sources,
@@ -157,6 +158,8 @@ def train_and_evaluate(cfg) -> dict:
             f"{run.key} is already done ({run.record_path}); trainer.skip_done=false reruns it"
         )
         return {**done, "record_path": str(run.record_path), "skipped": True}
+    setting = describe_setting(run.config)
+    log.info(f"{run.key}: variant {setting['variant']}, protocol {setting['protocol']}")
 
     # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
     example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
@@ -227,6 +230,7 @@ def train_and_evaluate(cfg) -> dict:
                     raise _out_of_memory(err, compiled) from err
                 raise
             record = _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, code)
+            record.update(setting)
             record.update(
                 val_accuracy=val_accuracy,
                 selected_step=selected_step,
@@ -437,6 +441,7 @@ def _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, co
         "model": cfg.model.name,
         "task": cfg.task.name,
         "seed": int(cfg.seed),
+        "val_source": cfg.task.get("val_source", "official"),
         "test_accuracy": test["accuracy"],
         "test_loss": test["loss"],
         "test_majority_rate": majority_rate(splits["test"].labels),

@@ -42,6 +42,11 @@ def test_a_few_steps_write_a_complete_finite_record(listops_tiny_dir, tmp_path):
     assert [h["step"] for h in record["history"]] == [1, 2, 3, 4]
     assert record["config"]["trainer"]["num_steps"] == 4
     assert record["config"]["data_dir"] == str(listops_tiny_dir)
+    # The small run overrides the files: its own setting, a named variant, protocol custom.
+    assert record["overrides"]["trainer.num_steps"] == 4
+    assert "task.generator.num_train" in record["overrides"]
+    assert record["variant"].startswith("transformer[") and record["protocol"] == "custom"
+    assert len(record["setting"]) == 10 and record["setting"] in record["run_key"]
 
 
 def test_same_seed_same_result_and_last_selection(listops_tiny_dir, tmp_path):

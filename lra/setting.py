@@ -1,0 +1,123 @@
+"""What a record's setting is: a hash, a readable variant name and a protocol.
+
+A leaderboard cell may only average runs of one setting. Three keys of every
+record say which setting a run had:
+
+* ``setting``: :func:`lra.run.identity.result_hash` of the resolved config, i.e.
+  of everything that can change a result, less the seed (paths, logging,
+  checkpoint cadence and the device layout are left out as well). Two seeds of
+  one setting share it; a 20-step and a 2000-step run do not.
+* ``overrides``: every value that differs from the config Hydra composes from
+  the run's group choices alone (``model=``, ``task=``, ``protocol=``), as
+  ``{dotted key: value}`` (a key the reference has and the run lacks maps to
+  ``"(removed)"``). This catches command-line overrides, ``trainer=bf16`` and
+  experiment files alike, and ignores an override that restates a file's value.
+* ``variant``: the model name, plus a short ``[key=value, ...]`` suffix listing
+  the overrides: ``transformer`` or ``transformer[trainer.num_steps=20]``.
+* ``protocol``: the chosen protocol (``lra_official`` or ``transnormer``, see
+  ``configs/protocol/``) when nothing was overridden, else ``custom``.
+"""
+
+import json
+import logging
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from lra import CONFIG_DIR
+from lra.run.identity import result_config, result_hash
+
+log = logging.getLogger(__name__)
+
+CUSTOM = "custom"
+REMOVED = "(removed)"
+# Group choices a reference config is composed from; everything else is an override.
+REFERENCE_GROUPS = ("model", "task", "protocol")
+_VALUE_CHARS = 24
+_SUFFIX_CHARS = 72
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict) and tree:
+        out = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def diff_overrides(config: dict, reference: dict) -> dict:
+    """``{dotted key: value in config}`` for every result-relevant leaf that differs."""
+    ours, theirs = _flatten(result_config(config)), _flatten(result_config(reference))
+    diff = {k: v for k, v in ours.items() if k not in theirs or theirs[k] != v}
+    diff.update({k: REMOVED for k in theirs if k not in ours})
+    return dict(sorted(diff.items()))
+
+
+def _short(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
+
+
+def variant_name(model: str, overrides: dict | None) -> str:
+    """``model`` or ``model[key=value, ...]`` (long suffixes end in ``+N more``)."""
+    if overrides is None:
+        return f"{model}[no reference]"
+    if not overrides:
+        return model
+    parts, used = [], 0
+    for key, value in overrides.items():
+        part = f"{key}={_short(value)}"
+        if parts and used + len(part) > _SUFFIX_CHARS:
+            parts.append(f"+{len(overrides) - len(parts)} more")
+            break
+        parts.append(part)
+        used += len(part) + 2
+    return f"{model}[{', '.join(parts)}]"
+
+
+def group_choices(config: dict) -> dict:
+    """The run's ``model``/``task``/``protocol`` choices: Hydra's, else the config's names."""
+    if HydraConfig.initialized():
+        choices = HydraConfig.get().runtime.choices
+        if all(choices.get(group) for group in REFERENCE_GROUPS):
+            return {group: choices[group] for group in REFERENCE_GROUPS}
+    return {
+        "model": config["model"]["name"],
+        "task": config["task"]["name"],
+        "protocol": config.get("protocol") or "lra_official",
+    }
+
+
+def reference_config(choices: dict, config_name: str = "config") -> dict:
+    """The resolved config Hydra composes from ``choices`` alone (no value overrides)."""
+    overrides = [f"{group}={name}" for group, name in choices.items()]
+    if GlobalHydra.instance().is_initialized():
+        cfg = compose(config_name=config_name, overrides=overrides)
+    else:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def describe_setting(config: dict, config_name: str = "config", choices=None) -> dict:
+    """``setting``, ``variant``, ``protocol`` and ``overrides`` of a resolved run config.
+
+    When no reference can be composed (a config built by hand, a model file that
+    is no longer on the search path), ``overrides`` is None and the protocol is
+    ``custom``: nothing vouches that the run used a protocol's settings.
+    """
+    choices = choices or group_choices(config)
+    try:
+        overrides = diff_overrides(config, reference_config(choices, config_name))
+    except Exception as err:  # noqa: BLE001 - any composition failure means "no reference"
+        log.debug(f"no reference config for {choices}: {err}")
+        overrides = None
+    return {
+        "setting": result_hash(config),
+        "variant": variant_name(config["model"]["name"], overrides),
+        "protocol": choices["protocol"] if overrides == {} else CUSTOM,
+        "overrides": overrides,
+    }
