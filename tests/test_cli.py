@@ -29,8 +29,12 @@ def records_in(folder: Path) -> list[dict]:
 def test_help_lists_the_config_groups(tmp_path):
     out = cli("lra-train", "--help", cwd=tmp_path)
     assert out.returncode == 0
-    for group in ("model:", "task:", "trainer:"):
+    for group in ("model:", "task:", "trainer:", "protocol: lra_official, transnormer"):
         assert group in out.stdout
+    # The harness's own help (app help template), not Hydra's generic one.
+    assert out.stdout.startswith("lra-train: train one model on one Long-Range Arena task")
+    assert "lra-data task=listops_tiny && lra-train" in out.stdout
+    assert "is powered by Hydra" not in out.stdout
 
 
 def test_lra_data_prepares_once(tmp_path):
@@ -225,3 +229,25 @@ def test_sigterm_stops_pathfinder_generation_within_seconds_and_a_rerun_goes_on(
     assert len(list(metadata.glob("*.npy"))) == 20
     assert {name: (metadata / name).stat().st_mtime_ns for name in finished} == finished
     assert "pathfinder_tiny data ready" in again.stdout
+
+
+def test_figure1_script_refuses_to_overwrite_committed_results():
+    """scripts/figure1.sh --tiny writes results/local/ by default; into a folder holding
+    committed results only with --overwrite, and it refuses before doing any work."""
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(
+        ["git", "ls-files", "results/cpu-tiny"], cwd=root, capture_output=True, text=True
+    )
+    if tracked.returncode != 0 or not tracked.stdout.strip():
+        pytest.skip("not a git checkout with committed results/cpu-tiny")
+    out = subprocess.run(
+        ["bash", "scripts/figure1.sh", "--tiny", "--out", "results/cpu-tiny", "--skip-train"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LRA_BIN": "/nonexistent"},
+    )
+    assert out.returncode == 2
+    assert "holds committed results; add --overwrite" in out.stderr
+    assert "results/local/cpu-tiny" in (root / "scripts/figure1.sh").read_text()
