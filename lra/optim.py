@@ -6,7 +6,12 @@ of two schedules, written as a product of factors of ``step``:
 * ``rsqrt``:  ``lr * min(1, step / warmup) / sqrt(max(step, warmup))``; the
   peak is ``lr / sqrt(warmup)`` (about 1.6e-3 for ListOps' lr 0.05, warmup 1000);
 * ``cosine``: ``lr * min(1, step / warmup) * 0.5 * (1 + cos(pi * progress))``
-  with ``progress = (step - warmup) / (num_steps - warmup)`` clipped to [0, 1];
+  with ``progress = (step - warmup) / (num_steps - warmup)`` clipped to [0, 1].
+  With ``decay_steps`` set, the cosine's horizon is ``decay_steps`` instead of
+  ``num_steps`` and ``progress`` is not clipped above, as in
+  ``transformers.get_cosine_schedule_with_warmup`` that the TransNormer authors'
+  LRA code used (horizon 50000 whatever the run length): a run longer than the
+  horizon sees the learning rate rise again;
 * ``constant``: ``lr * min(1, step / warmup)``.
 
 Weight decay is decoupled (AdamW), as in the old ``flax.optim.Adam`` the
@@ -23,7 +28,11 @@ SCHEDULES = ("rsqrt", "cosine", "constant")
 
 
 def make_schedule(
-    name: str, learning_rate: float, warmup_steps: int, num_steps: int
+    name: str,
+    learning_rate: float,
+    warmup_steps: int,
+    num_steps: int,
+    decay_steps: int | None = None,
 ) -> optax.Schedule:
     """The learning rate at each step for one of :data:`SCHEDULES`."""
     if name not in SCHEDULES:
@@ -31,7 +40,14 @@ def make_schedule(
             f"unknown trainer.schedule {name!r}; choose one of {', '.join(SCHEDULES)}"
         )
     warmup = max(int(warmup_steps), 0)
-    decay_span = max(int(num_steps) - warmup, 1)
+    if decay_steps is not None and int(decay_steps) <= warmup:
+        raise ConfigError(
+            f"trainer.decay_steps ({decay_steps}) must exceed trainer.warmup_steps ({warmup}); "
+            "null decays over trainer.num_steps"
+        )
+    horizon = int(num_steps) if decay_steps is None else int(decay_steps)
+    decay_span = max(horizon - warmup, 1)
+    upper = 1.0 if decay_steps is None else jnp.inf
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
@@ -41,7 +57,7 @@ def make_schedule(
                 learning_rate * ramp * jnp.reciprocal(jnp.sqrt(jnp.maximum(step, max(warmup, 1))))
             )
         if name == "cosine":
-            progress = jnp.clip((step - warmup) / decay_span, 0.0, 1.0)
+            progress = jnp.clip((step - warmup) / decay_span, 0.0, upper)
             return learning_rate * ramp * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
         return learning_rate * ramp
 
@@ -55,6 +71,7 @@ def make_optimizer(trainer_cfg) -> optax.GradientTransformation:
         trainer_cfg.learning_rate,
         trainer_cfg.warmup_steps,
         trainer_cfg.num_steps,
+        trainer_cfg.get("decay_steps"),
     )
     parts = []
     if trainer_cfg.grad_clip and trainer_cfg.grad_clip > 0:

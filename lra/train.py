@@ -336,7 +336,11 @@ def _train(
         raise stopped(progress.step, "nothing new to save")
     display = ProgressDisplay(num_steps, progress.step, bool(trainer.progress) and topology.is_main)
     learning_rate = make_schedule(
-        trainer.schedule, trainer.learning_rate, trainer.warmup_steps, num_steps
+        trainer.schedule,
+        trainer.learning_rate,
+        trainer.warmup_steps,
+        num_steps,
+        trainer.get("decay_steps"),
     )
     batches = prefetch(
         train_batches(

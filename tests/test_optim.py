@@ -87,3 +87,16 @@ def test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate():
     params = jnp.array([2.0, -4.0])
     update, _ = tx.update(jnp.zeros(2), tx.init(params), params)
     np.testing.assert_allclose(np.asarray(update), -0.1 * 0.5 * np.asarray(params), rtol=1e-6)
+
+
+def test_cosine_with_a_horizon_follows_the_transformers_formula_past_it():
+    """decay_steps: get_cosine_schedule_with_warmup's horizon, unclipped (TransNormer LRA)."""
+    lr, warmup, horizon = 5e-4, 312, 50000
+    schedule = make_schedule("cosine", lr, warmup, 62400, decay_steps=horizon)
+    for step in (0, 100, 312, 20000, 50000, 55000, 62400):
+        progress = max(0.0, (step - warmup) / (horizon - warmup))
+        expected = lr * min(1.0, step / warmup) * 0.5 * (1 + math.cos(math.pi * progress))
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-12)
+    assert float(schedule(62400)) > float(schedule(50000))  # rises again past the horizon
+    with pytest.raises(ConfigError, match="decay_steps"):
+        make_schedule("cosine", lr, 1000, 5000, decay_steps=500)

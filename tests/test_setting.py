@@ -55,3 +55,23 @@ def test_diff_sees_added_and_removed_keys_and_variant_names_stay_short():
     assert len(name) < 120
     assert variant_name("m", None) == "m[no reference]"
     assert len(variant_name("m", {"x": "y" * 200})) < 40
+
+
+def test_the_transnormer_protocol_sets_the_authors_values_and_stays_itself():
+    official = resolved("task=image", "model=transnormer_t2")
+    theirs = resolved("task=image", "model=transnormer_t2", "protocol=transnormer")
+    assert official["task"]["arch"]["num_layers"] == 1
+    assert theirs["task"]["arch"]["num_layers"] == 12  # script_lra.py: 12 layers on CIFAR
+    assert theirs["trainer"]["decay_steps"] == 50000 and theirs["trainer"]["b2"] == 0.999
+    options = theirs["model"]["attention_options"]
+    assert options["transnormer_norm"]["lrpe"] and options["transnormer_diag"]["lrpe"]
+    assert not official["model"]["attention_options"]["transnormer_norm"]["lrpe"]
+    assert describe_setting(theirs)["setting"] != describe_setting(official)["setting"]
+    for task in ("listops", "text", "retrieval", "image", "pathfinder", "pathx"):
+        for model in ("transnormer_t1", "flash", "performer"):
+            config = resolved(f"task={task}", f"model={model}", "protocol=transnormer")
+            described = describe_setting(config)
+            assert described["protocol"] == "transnormer", (task, model, described)
+            assert described["variant"] == model
+    changed = resolved("task=text", "protocol=transnormer", "trainer.learning_rate=0.01")
+    assert describe_setting(changed)["protocol"] == "custom"
