@@ -29,7 +29,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from lra import measure, parallel, results
 from lra.data.pipeline import eval_batches, prefetch, train_batches
-from lra.data.tasks import load_task, resolve_data_dir
+from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.errors import ConfigError, DataError, LRAError
 from lra.optim import make_schedule
 from lra.preflight import OutOfMemory, check_fits
@@ -146,6 +146,7 @@ def train_and_evaluate(cfg) -> dict:
     session_start, started_at = time.perf_counter(), results.utc_now()
     trainer = cfg.trainer
     _check_trainer(trainer)
+    effective_val_source(cfg.task)  # a bad task.val_source fails before any compile
     check_loggers(cfg.get("logger"))
     parallel.initialize_distributed(cfg.get("distributed"))
     batch_size = int(trainer.batch_size)
@@ -445,7 +446,8 @@ def _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, co
         "model": cfg.model.name,
         "task": cfg.task.name,
         "seed": int(cfg.seed),
-        "val_source": cfg.task.get("val_source", "official"),
+        "val_source": effective_val_source(cfg.task),
+        "split_sizes": {name: len(split) for name, split in splits.items()},
         "test_accuracy": test["accuracy"],
         "test_loss": test["loss"],
         "test_majority_rate": majority_rate(splits["test"].labels),

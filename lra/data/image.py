@@ -32,7 +32,9 @@ Split: the 50,000 training images are permuted by a generator seeded with
 ``task.source.split_seed`` and the last ``task.source.val_fraction`` (10%) of
 the permutation becomes val (5,000), the rest train (45,000); each subset keeps
 the original order. Test is ``test_batch`` (10,000). (The official LRA code
-takes the unshuffled slices ``train[:90%]`` / ``train[90%:]`` of tfds.)
+takes the unshuffled slices ``train[:90%]`` / ``train[90%:]`` of tfds.) This
+is the task's own validation split (``task.val_source=official``, the only
+value Image allows, :mod:`lra.data.tasks`): test is never used for validation.
 
 Prepared form (:mod:`lra.data.store`): ``tokens uint8[N, S*S]``, ``lengths
 int32[N]`` (all S*S), ``labels int32[N]``; ``meta.json`` records the source,

@@ -24,7 +24,8 @@ sources give the same bytes. Within a split, reviews are sorted by member path,
 so the result does not depend on the archive's member order.
 
 Prepared form (:mod:`lra.data.store`): splits train (25,000) and val = test
-(the same 25,000 test reviews, as in LRA), ``tokens uint16[N, stored_length]``
+(the same 25,000 test reviews, stored as the official LRA code uses them),
+``tokens uint16[N, stored_length]``
 with token = byte + 1 and 0 = padding (:func:`~lra.data.encoding.encode_bytes`),
 ``lengths int32[N]``, ``labels int32[N]``. Reviews are stored at
 ``task.source.stored_length`` (4000) bytes; the task's ``max_length`` (4000, or
@@ -32,6 +33,14 @@ with token = byte + 1 and 0 = padding (:func:`~lra.data.encoding.encode_bytes`),
 one prepared folder. ``meta.json`` records the source, the archive's SHA-256
 and the time taken. Preparation reads one compressed stream, so
 ``num_workers`` is not used.
+
+IMDB has no validation split: the stored val (the test reviews, kept so the
+store has the same three splits as every task) is not what a run validates on.
+The validation split is chosen at load time by ``task.val_source``
+(:func:`lra.data.tasks.load_task`): ``train`` (the default)
+holds out a fixed, seeded ``task.val_fraction`` of the stored train split and
+trains on the rest; ``test`` validates on the test reviews, as the official
+LRA code does.
 """
 
 from __future__ import annotations
