@@ -14,12 +14,15 @@ Shapes (B batch, L token length <= max_len, D = dim, C classes):
                                                    documents, [u, v, u*v, u-v] -> Dense(mlp_dim)
                                                    ReLU -> Dense(mlp_dim // 2) ReLU -> Dense(C)
 
-Attention per layer: ``attention`` is one registered name (every layer) or a list of
-``num_layers`` names (a per-layer schedule, lowest layer first). ``attention_options`` maps a
-mechanism name to the keyword options for every layer using that mechanism; a mechanism
-absent from the map gets no extra options. Keys naming no registered mechanism are an error
-(this catches flat option dicts such as ``{"num_features": 256}``); options for a registered
-mechanism the schedule does not use at this depth are ignored.
+Attention per layer: ``attention`` is one registered name (every layer), a list of
+``num_layers`` names (a per-layer schedule, lowest layer first) or a lower/upper split (see
+``resolve_schedule``). ``attention_options`` maps a mechanism name to the keyword options for
+every layer using that mechanism; a mechanism absent from the map gets no extra options. Keys
+naming no registered mechanism are an error (this catches flat option dicts such as
+``{"num_features": 256}``); options for a registered mechanism the schedule does not use at
+this depth are ignored. A split whose lower or upper part comes to 0 layers at this depth
+(e.g. on 1-layer tasks) is one mechanism throughout: ``describe_layers`` reports what each
+layer became, and the Encoder warns (UserWarning).
 
 Randomness: ``rngs`` given to a constructor is used for parameter init only. Dropout keys come
 from the ``rngs`` given at call time (an ``nnx.Rngs``, or a JAX key which is wrapped as
@@ -30,6 +33,7 @@ required when ``deterministic=False``.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +53,7 @@ __all__ = [
     "Embedder",
     "Encoder",
     "build_classifier",
+    "describe_layers",
     "pool",
     "sinusoidal_positions",
 ]
@@ -241,7 +246,9 @@ def resolve_schedule(attention: str | Sequence[str] | Mapping, num_layers: int) 
     ``{"lower": name, "upper": name, "lower_fraction": f}``: the lowest
     ``int(num_layers * f)`` layers use ``lower`` and the rest ``upper`` (short-range lower
     layers and global upper layers, Rae and Razavi 2020; TransNormer's Diag-then-Norm layout),
-    so one model config fits tasks of any depth.
+    so one model config fits tasks of any depth. At a depth where one part comes to 0 layers
+    the split silently becomes one mechanism; :func:`describe_layers` reports that, and the
+    Encoder warns.
     """
     if isinstance(attention, str):
         return (attention,) * num_layers
@@ -252,10 +259,7 @@ def resolve_schedule(attention: str | Sequence[str] | Mapping, num_layers: int) 
                 "a split attention schedule needs keys lower, upper and optionally "
                 f"lower_fraction (default 0.5), got {sorted(attention)}"
             )
-        fraction = float(attention.get("lower_fraction", 0.5))
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"lower_fraction must be in [0, 1], got {fraction}")
-        num_lower = int(num_layers * fraction)
+        _, num_lower = _split_parts(attention, num_layers)
         return (attention["lower"],) * num_lower + (attention["upper"],) * (num_layers - num_lower)
     if not isinstance(attention, Sequence) or not all(isinstance(a, str) for a in attention):
         raise ValueError(
@@ -268,6 +272,61 @@ def resolve_schedule(attention: str | Sequence[str] | Mapping, num_layers: int) 
             "give one mechanism name per layer (or a single name for all layers)"
         )
     return tuple(attention)
+
+
+def _split_parts(attention: Mapping, num_layers: int) -> tuple[float, int]:
+    """(lower_fraction, number of lower layers) of a lower/upper split; see resolve_schedule."""
+    fraction = float(attention.get("lower_fraction", 0.5))
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"lower_fraction must be in [0, 1], got {fraction}")
+    return fraction, int(num_layers * fraction)
+
+
+def _depth_with_both_parts(fraction: float) -> int | None:
+    """The smallest num_layers whose split has at least one lower and one upper layer (None
+    if no depth does, i.e. lower_fraction 0 or 1)."""
+    for depth in range(2, 1001):
+        if 0 < int(depth * fraction) < depth:
+            return depth
+    return None
+
+
+def describe_layers(
+    attention: str | Sequence[str] | Mapping, num_layers: int
+) -> dict[str, list[str] | str | None]:
+    """What each layer of a schedule becomes at this depth, and a warning if a two-part
+    schedule lost one of its parts.
+
+    Returns ``{"layer_mechanisms": [name per layer, lowest first], "schedule_warning": str |
+    None}``. The warning is set when ``attention`` is a lower/upper split (with two different
+    mechanisms) whose ``int(num_layers * lower_fraction)`` lower layers come to 0 or to
+    ``num_layers``: e.g. TransNormer's Diag-then-Norm split on a 1-layer task (LRA Image,
+    Path-X) is pure NormAttention. It says what each layer became and what to change. The
+    schedule itself is not changed (see :func:`resolve_schedule`).
+    """
+    layers = list(resolve_schedule(attention, num_layers))
+    warning = None
+    if isinstance(attention, Mapping) and attention["lower"] != attention["upper"]:
+        lower, upper = str(attention["lower"]), str(attention["upper"])
+        fraction, num_lower = _split_parts(attention, num_layers)
+        if num_lower in (0, num_layers):
+            missing, kept = ("lower", upper) if num_lower == 0 else ("upper", lower)
+            depth = _depth_with_both_parts(fraction)
+            if depth is None:
+                fix = "set lower_fraction strictly between 0 and 1"
+            else:
+                fix = (
+                    f"use a deeper model, at least {depth} layers "
+                    f"(e.g. task.arch.num_layers={depth}), or change lower_fraction"
+                )
+            warning = (
+                f"attention schedule {{lower: {lower}, upper: {upper}, lower_fraction: "
+                f"{fraction:g}}} with num_layers={num_layers} gives int({num_layers} * "
+                f"{fraction:g}) = {num_lower} lower layers: no {missing} layer, every layer is "
+                f"{kept} (layers, lowest first: {layers}), so this is not the two-part model "
+                f"the config names; to get both parts, {fix}"
+            )
+    return {"layer_mechanisms": layers, "schedule_warning": warning}
 
 
 def resolve_options(
@@ -325,6 +384,9 @@ class Encoder(nnx.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.schedule = resolve_schedule(attention, num_layers)
+        warning = describe_layers(attention, num_layers)["schedule_warning"]
+        if warning is not None:
+            warnings.warn(warning, UserWarning, stacklevel=1)  # nnx calls __init__ itself
         options = resolve_options(attention_options, self.schedule)
         self.embedder = Embedder(
             vocab_size=vocab_size,

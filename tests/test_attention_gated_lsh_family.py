@@ -25,8 +25,8 @@ N = 18  # the shared test length
 REF_LENGTHS = [N, 7, 1]  # the reference tests' rows (a lone real token in the last one)
 PAD_LENGTHS = [N, 7, 0]  # the padding tests' rows (no real token in the last one)
 # Small options for the functional tests (the defaults are exercised at length 4096). With
-# N = 18: flash has 3 chunks (the last one partial), long_short blocks of 2 (window 5 -> band
-# +-2), reformer 5 chunks of 4 in each of 2 rounds.
+# N = 18: flash has 3 chunks (the last one partial), long_short segments of 5 (the last one
+# partial) each seeing 2 more keys on either side, reformer 5 chunks of 4 in each of 2 rounds.
 SMALL = {
     "flash_quad": dict(shared_dim=8),
     "flash": dict(shared_dim=8, chunk_size=8),
@@ -144,8 +144,19 @@ def flash_reference(attn, x, mask, with_linear=True):
     return dense(attn.out, u * ((quad + linear) @ v))
 
 
+def segment_window(n, window):
+    """bool[L, L]: the authors' local keys (segments of w from 0, max(w // 2, 1) more keys
+    on each side; w = 0: the query's own key)."""
+    if window == 0:
+        return np.eye(n, dtype=bool)
+    ext = max(window // 2, 1)
+    start = np.arange(n) // window * window
+    j = np.arange(n)[None, :]
+    return (j >= start[:, None] - ext) & (j < start[:, None] + window + ext)
+
+
 def long_short_reference(attn, x, mask):
-    """Plain L x L: band-masked local logits next to r landmark columns, one softmax."""
+    """Plain L x L: window-masked local logits next to r landmark columns, one softmax."""
     x = f64(x)
     b, n, _ = x.shape
     h, d, r = attn.num_heads, attn.head_dim, attn.num_landmarks
@@ -166,9 +177,8 @@ def long_short_reference(attn, x, mask):
 
     k_bar, v_bar = landmarks(k_flat), landmarks(v_flat)
     k, v = heads(k_flat), heads(v_flat)
-    pos = np.arange(n)
-    band = np.abs(pos[:, None] - pos[None, :]) <= attn.half_window
-    local = np.where(band & mask[:, None, None, :], q @ k.transpose(0, 1, 3, 2), -np.inf)
+    window = segment_window(n, attn.window)
+    local = np.where(window & mask[:, None, None, :], q @ k.transpose(0, 1, 3, 2), -np.inf)
     w = softmax(np.concatenate([q @ k_bar.transpose(0, 1, 3, 2), local], axis=-1))
     y = w[..., :r] @ v_bar + w[..., r:] @ v
     return dense(attn.out, y.transpose(0, 2, 1, 3).reshape(b, n, -1))
@@ -257,7 +267,7 @@ def test_flash_matches_chunked_definition(lengths):
     assert not np.allclose(expected[mask], quadratic_only[mask], atol=1e-4)  # both parts count
 
 
-def test_long_short_matches_dense_band_formula():
+def test_long_short_matches_dense_window_formula():
     attn = small("long_short")
     x, mask = inputs(REF_LENGTHS, N)
     np.testing.assert_allclose(
@@ -428,7 +438,8 @@ def test_defaults():
     flash = make("flash", max_len=4096)
     assert flash.chunk_size == 256 and flash.shared_dim == 128 and flash.expanded_dim == 2 * D
     long_short = make("long_short")
-    assert long_short.half_window == 4 and long_short.num_landmarks == 32
+    assert long_short.window == 8 and long_short.extension == 4
+    assert long_short.num_landmarks == 32
 
 
 @pytest.mark.parametrize(
@@ -438,7 +449,7 @@ def test_defaults():
         ("flash_quad", dict(shared_dim=0), "shared_dim"),
         ("flash_quad", dict(expansion_factor=0), "expansion_factor"),
         ("long_short", dict(window=-1), "window"),
-        ("long_short", dict(num_landmarks=0), "num_landmarks"),
+        ("long_short", dict(num_landmarks=-1), "num_landmarks"),
         ("long_short", dict(qkv_dim=15), "divisible"),
         ("reformer", dict(n_buckets=3), "n_buckets"),
         ("reformer", dict(n_hashes=0), "n_hashes"),

@@ -34,32 +34,62 @@ Here the quadratic part of flash uses 1/g (g = chunk_size, a constant) and its l
 Relative position bias ``b``: one learned scalar per offset j - i (a Toeplitz matrix), as
 the authors build it for sequences up to 512; offsets are clipped to +-(span - 1) with span
 = max_len (flash_quad) or min(chunk_size, max_len) (flash: offsets never leave a chunk).
-The paper's code builds the Toeplitz matrix from RoPE above 512 tokens, and that fairseq
-port also applies RoPE to Q and K; neither is done here (the encoder adds positions).
+The paper's code builds the Toeplitz matrix from RoPE above 512 tokens; that is not done here.
+
+RoPE (``rope=True``, default False): rotary position embedding (Su et al., RoFormer) of the
+offset/scaled queries and keys, before their products, as in the TransNormer authors' LRA
+code for these baselines (OpenNLPLab/lra src/models/sequence/x_attention/flash.py for
+flash_quad and flash_linear.py for flash, after JunnYu/FLASHQuad_pytorch), which keep the
+relative position bias as well. Every Q and K of the unit is rotated (flash_quad: Q, K;
+flash: quadratic Q, K and linear Q, K) at its GLOBAL position m = 0 .. L-1 (the authors'
+``rope(x, dim=[1, 2])`` numbers the chunked positions consecutively). Their layout: the s
+channels split into halves x1 = Z[:s/2], x2 = Z[s/2:], rotated pairwise (x1_p, x2_p) by the
+angle m * theta_p, theta_p = 10000^(-p / (s/2)) for p < s/2 (fixed, not learned):
+
+    rope(x)_m = [x1 cos(m theta) - x2 sin(m theta),  x2 cos(m theta) + x1 sin(m theta)]
+
+so q_i^T k_j becomes q_i^T R((j - i) theta) k_j, and the linear part sum_j (R_i q_i)^T
+(R_j k_j) v_j keeps its O(L) form. ``rope`` needs an even shared_dim.
 
 Options and defaults (from the paper): expansion_factor = 2 (e = 2D), shared_dim = s = 128,
-chunk_size = 256 (the paper's group size, flash only). ``num_heads`` and ``qkv_dim`` are
-accepted for the common interface but unused: the GAU is single-head with a shared Z of
-size s. ``dropout_rate`` drops entries of A (the quadratic weights) in training. Init as in
-the public ports: gamma and the bias table ~ N(0, 0.02), beta = 0, Dense layers as nnx.Linear.
+chunk_size = 256 (the paper's group size, flash only), rope = False. ``num_heads`` and
+``qkv_dim`` are accepted for the common interface but unused: the GAU is single-head with a
+shared Z of size s. ``dropout_rate`` drops entries of A (the quadratic weights) in training.
+Init as in the public ports: gamma and the bias table ~ N(0, 0.02), beta = 0, Dense layers as
+nnx.Linear.
 
 Padding: padded KEYS contribute nothing: A is multiplied by the key mask after the relu^2,
 and the linear keys Kl are multiplied by the mask after the offset/scale (beta makes them
 non-zero even for a zero Z). Appending padding leaves outputs at real positions unchanged:
-chunks start at position 0, the 1/g and 1/n scales and the bias do not depend on L. Outputs
-at padded positions are not meaningful.
+chunks and RoPE positions start at 0, the 1/g and 1/n scales and the bias do not depend on
+L. Outputs at padded positions are not meaningful.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from models.attention.common import check_call, check_dropout, from_blocks, to_blocks
 from models.registry import register
 
-__all__ = ["FlashAttention", "FlashQuadAttention", "RelativePositionBias"]
+__all__ = ["FlashAttention", "FlashQuadAttention", "RelativePositionBias", "rope_rotate"]
+
+
+def rope_rotate(y: jax.Array) -> jax.Array:
+    """RoPE in the FLASH ports' half-split layout: y float[B, L, s] (s even) -> float[B, L, s].
+
+    Channels p and p + s/2 at position m (axis 1, from 0) are rotated together by the angle
+    m * theta_p, theta_p = 10000^(-p / (s/2)).
+    """
+    n, half = y.shape[1], y.shape[-1] // 2
+    theta = 10000.0 ** (-np.arange(half) / half)
+    angle = np.arange(n)[:, None] * theta  # [L, s/2], float64 then cast
+    cos, sin = jnp.asarray(np.cos(angle), y.dtype), jnp.asarray(np.sin(angle), y.dtype)
+    first, second = y[..., :half], y[..., half:]
+    return jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
 class RelativePositionBias(nnx.Module):
@@ -93,6 +123,7 @@ class _GatedAttentionUnit(nnx.Module):
         shared_dim: int,
         num_offsets: int,
         bias_span: int,
+        rope: bool,
     ) -> None:
         if dim < 1 or max_len < 1:
             raise ValueError(f"{self.kind}: need dim >= 1 and max_len >= 1, got {dim}, {max_len}")
@@ -104,6 +135,14 @@ class _GatedAttentionUnit(nnx.Module):
             )
         if shared_dim < 1:
             raise ValueError(f"{self.kind}: shared_dim must be >= 1, got {shared_dim}")
+        if not isinstance(rope, bool):
+            raise ValueError(f"{self.kind}: rope must be true or false, got {rope!r}")
+        if rope and shared_dim % 2:
+            raise ValueError(
+                f"{self.kind}: rope rotates channel pairs and needs an even shared_dim, "
+                f"got {shared_dim}"
+            )
+        self.rope = rope
         self.dim = dim
         self.max_len = max_len
         self.expanded_dim = int(expansion_factor * dim)
@@ -122,12 +161,16 @@ class _GatedAttentionUnit(nnx.Module):
         return check_call(self.kind, x, mask, deterministic, rngs)
 
     def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
-        """U, V float[B, L, e] and the offset/scaled copies of Z, each float[B, L, s]."""
+        """U, V float[B, L, e] and the offset/scaled copies of Z, each float[B, L, s] (rotated
+        by RoPE at their global positions when ``rope``)."""
         u, v = jnp.split(nnx.silu(self.hidden(x)), 2, axis=-1)
         z = nnx.silu(self.shared(x))
         dtype = z.dtype
         parts = z[..., None, :] * self.gamma[...].astype(dtype) + self.beta[...].astype(dtype)
-        return u, v, [parts[..., i, :] for i in range(parts.shape[-2])]
+        parts = [parts[..., i, :] for i in range(parts.shape[-2])]
+        if self.rope:
+            parts = [rope_rotate(part) for part in parts]
+        return u, v, parts
 
     @staticmethod
     def _real_count(mask: jax.Array, dtype) -> jax.Array:
@@ -154,10 +197,13 @@ class FlashQuadAttention(_GatedAttentionUnit):
         dropout_rate: float = 0.0,
         expansion_factor: float = 2.0,
         shared_dim: int = 128,
+        rope: bool = False,
     ):
         del num_heads, qkv_dim  # single-head GAU; sizes come from expansion_factor, shared_dim
         # Two offset/scales of Z (Q, K); the bias spans max_len.
-        self._setup(dim, max_len, rngs, dropout_rate, expansion_factor, shared_dim, 2, max_len)
+        self._setup(
+            dim, max_len, rngs, dropout_rate, expansion_factor, shared_dim, 2, max_len, rope
+        )
 
     def __call__(
         self,
@@ -198,13 +244,16 @@ class FlashAttention(_GatedAttentionUnit):
         expansion_factor: float = 2.0,
         shared_dim: int = 128,
         chunk_size: int = 256,
+        rope: bool = False,
     ):
         del num_heads, qkv_dim  # single-head GAU; sizes come from expansion_factor, shared_dim
         if chunk_size < 1:
             raise ValueError(f"flash: chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = chunk_size
         # Four offset/scales of Z (quadratic Q, K; linear Q, K); the bias spans a chunk.
-        self._setup(dim, max_len, rngs, dropout_rate, expansion_factor, shared_dim, 4, chunk_size)
+        self._setup(
+            dim, max_len, rngs, dropout_rate, expansion_factor, shared_dim, 4, chunk_size, rope
+        )
 
     def __call__(
         self,

@@ -2,40 +2,56 @@
 Catanzaro, "Long-Short Transformer: Efficient Transformers for Language and Vision",
 NeurIPS 2021.
 
-Each query attends, in ONE softmax, to (a) the keys in a sliding window around it and (b) r
-landmarks: keys/values dynamically projected along the sequence. Shapes (B batch, L length,
-D model dim, H heads, E = qkv_dim, d = E / H, r = num_landmarks):
+Each query attends, in ONE softmax, to (a) the keys of a segment-wise sliding window around
+it and (b) r landmarks: keys/values dynamically projected along the sequence. Shapes
+(B batch, L length, D model dim, H heads, E = qkv_dim, d = E / H, r = num_landmarks,
+w = window, a = max(w // 2, 1) the window's extension, G = ceil(L / w) segments):
 
     Q      = (x W_q) / sqrt(d)                          float[B, L, H, d]
     K, V   = LN_local(x W_k), LN_local(x W_v)           float[B, L, H, d]  (LN over E)
     P      = softmax over the sequence of (x W_p)       float[B, L, H, r]  padded rows excluded
     Kbar   = LN_global(P^T K),  Vbar = LN_global(P^T V) float[B, r, H, d]  (LN over E)
-    out_i  = softmax([Q_i K_j^T for |i - j| <= w // 2 ; Q_i Kbar^T]) [V_j ; Vbar]  then W_o
+    out_i  = softmax([Q_i Kbar^T ; Q_i K_j^T for j in window(i)]) [Vbar ; V_j]   then W_o
+    local weights                                      float[B, G, H, w, w + 2a]
 
 DualLN: two LayerNorms, one on the local keys/values and one on the projected (global)
 ones, as in the authors' code: LN_local acts on x W_k and x W_v over all heads together, the
 landmarks are projected from those normalised K, V, and LN_global normalises the projected
 ones (again over all heads together). The same LayerNorm serves keys and values of a branch.
+Both use epsilon 1e-5, PyTorch's nn.LayerNorm default, which the authors' code keeps.
 
-Window: the exact band |i - j| <= window // 2 (window + 1 keys for even window), computed
-memory-linearly: queries in blocks of c = max(window // 2, 1) attend the keys of their own
-block and of the two neighbouring blocks (3c keys) under the exact band mask, so memory is
-O(B H L (3c + r)), never L x L. The authors' code tiles the sequence into segments of
-length w, each attending its own segment plus w / 2 keys on each side (2w keys; a query's
-reach is between w / 2 and 3w / 2 - 1 on each side, depending on its place in the
-segment). The band used here is the reach every query gets there; window = 2w gives the
-same number of keys (2w + 1) as theirs.
+Window (``window`` = w, the authors' ``window_size`` / ``win_size``): the segment-wise
+sliding window of the authors' LRA code (NVIDIA/transformer-ls lra/attention_transformer_ls.py,
+``sliding_chunks_matmul_qk_v2`` with ``get_tiles_v2``; the same code is in the TransNormer
+authors' OpenNLPLab/lra src/models/sequence/x_attention/ls_attention.py). The sequence is cut
+into segments of w tokens starting at position 0, and every query of segment t = i // w sees
+the keys of its own segment plus a = max(w // 2, 1) keys on each side:
+
+    window(i) = { j : t*w - a <= j < (t + 1)*w + a,  0 <= j < L,  j real },   t = i // w
+
+that is w + 2a keys (2w for even w; 16 for the default w = 8), so a query's reach is between
+a and w + a - 1 positions on each side depending on its place in its segment. window = 0 is
+the authors' "no window" case: each query sees only its own key. Computed memory-linearly:
+segments of queries against the w + 2a keys around them, never L x L. Keys beyond either end
+of the sequence (the authors pad with zero keys and mask them) are excluded; a sequence whose
+length is not a multiple of w ends in a shorter segment (the authors' LRA module requires a
+multiple of w; OpenNLPLab/lra pads the input to one, and its copy ignores the key padding
+mask, which this module and NVIDIA's apply).
 
 Options and defaults: window = 8, num_landmarks = 32: the paper's LRA setting
-"Transformer-LS (w, r) = (8, 32)", also the setting of the authors' LRA run scripts.
+"Transformer-LS (w, r) = (8, 32)", also the setting of the authors' LRA run scripts
+(NVIDIA/transformer-ls lra/run_listops.sh: lms 32, win_size 8; OpenNLPLab/lra
+configs/model/transformer_ls.yaml: num_landmarks 32, window_size 8). num_landmarks = 0
+leaves out the landmark branch (pure windowed attention), as the authors' code allows.
 The authors' optional depthwise convolution on V (off in those scripts) and their special
 CLS handling are not included: a CLS token is an ordinary position here. ``dropout_rate``
 drops entries of the joint attention weights.
 
 Padding: padded keys get the most negative finite logit inside the window, and padded
 positions are excluded from the softmax over the sequence that builds P, so they enter no
-landmark. Appending padding leaves outputs at real positions unchanged (the band and P
-depend only on real tokens). A row with no real token gives finite (meaningless) outputs.
+landmark. Appending padding leaves outputs at real positions unchanged (segments start at
+position 0, and the window and P depend only on real tokens). A row with no real token gives
+finite (meaningless) outputs.
 """
 
 from __future__ import annotations
@@ -46,7 +62,7 @@ from flax import nnx
 
 from models.attention.common import (
     MultiHeadAttention,
-    band,
+    check_int,
     from_blocks,
     mask_logits,
     to_blocks,
@@ -56,10 +72,13 @@ from models.registry import register
 
 __all__ = ["LongShortAttention"]
 
+# PyTorch's nn.LayerNorm default, kept by the authors' DualLN.
+DUAL_LN_EPSILON = 1e-5
+
 
 @register("long_short")
 class LongShortAttention(MultiHeadAttention):
-    """Sliding-window attention joined with attention to dynamically projected landmarks."""
+    """Segment-wise sliding-window attention joined with attention to projected landmarks."""
 
     kind = "long_short"
     memory_class = "linear"
@@ -78,21 +97,26 @@ class LongShortAttention(MultiHeadAttention):
         num_landmarks: int = 32,
     ):
         qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
-        if window < 0:
-            raise ValueError(f"long_short attention: window must be >= 0, got {window}")
-        if num_landmarks < 1:
-            raise ValueError(
-                f"long_short attention: num_landmarks must be >= 1, got {num_landmarks}"
-            )
-        self.half_window = window // 2
+        check_int(self.label, "window", window, minimum=0)
+        check_int(self.label, "num_landmarks", num_landmarks, minimum=0)
+        self.window = window
+        # Segment length and keys on each side (window 0: segments of 1 seeing only themselves).
+        self.segment = max(window, 1)
+        self.extension = max(window // 2, 1) if window > 0 else 0
         self.num_landmarks = num_landmarks
         # Drawn in this order (the output projection last).
         self.query = self._dense_in(rngs)
         self.key = self._dense_in(rngs)
         self.value = self._dense_in(rngs)
-        self.landmark_scores = nnx.Linear(dim, num_heads * num_landmarks, rngs=rngs)
-        self.local_norm = nnx.LayerNorm(qkv_dim, rngs=rngs)
-        self.global_norm = nnx.LayerNorm(qkv_dim, rngs=rngs)
+        if num_landmarks > 0:
+            self.landmark_scores = nnx.Linear(dim, num_heads * num_landmarks, rngs=rngs)
+        else:
+            self.landmark_scores = None
+        self.local_norm = nnx.LayerNorm(qkv_dim, epsilon=DUAL_LN_EPSILON, rngs=rngs)
+        if num_landmarks > 0:
+            self.global_norm = nnx.LayerNorm(qkv_dim, epsilon=DUAL_LN_EPSILON, rngs=rngs)
+        else:
+            self.global_norm = None
         self.out = self._dense_out(rngs)
 
     def _landmarks(self, x, k, v, mask):
@@ -106,6 +130,12 @@ class LongShortAttention(MultiHeadAttention):
             return self._heads(self.global_norm(self._merge(y)))
 
         return project(k), project(v)
+
+    def _window_keys(self, y: jax.Array) -> jax.Array:
+        """[B, L, ...] -> [B, G, w + 2a, ...]: for each segment, the keys of its window
+        (zeros / False beyond the ends of the sequence)."""
+        c, ext = self.segment, self.extension
+        return with_neighbours(to_blocks(y, c))[:, :, c - ext : 2 * c + ext]
 
     def __call__(
         self,
@@ -121,22 +151,19 @@ class LongShortAttention(MultiHeadAttention):
         q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
         k = self._heads(self.local_norm(self.key(x)))
         v = self._heads(self.local_norm(self.value(x)))
-        k_bar, v_bar = self._landmarks(x, k, v, mask)
 
-        # Window keys: blocks of c queries see their own and both neighbouring blocks.
-        c = max(self.half_window, 1)
-        q_blocks = to_blocks(q, c)  # [B, nb, c, H, d]
-        k_win = with_neighbours(to_blocks(k, c))  # [B, nb, 3c, H, d]
-        v_win = with_neighbours(to_blocks(v, c))
-        key_real = with_neighbours(to_blocks(mask, c))  # [B, nb, 3c]; outside: False
-        allowed = key_real[:, :, None, None, :] & band(c, self.half_window)  # [B,nb,1,c,3c]
-
-        local = mask_logits(jnp.einsum("bnihd,bnjhd->bnhij", q_blocks, k_win), allowed)
-        global_ = jnp.einsum("bnihd,brhd->bnhir", q_blocks, k_bar)
-        weights = jax.nn.softmax(jnp.concatenate([global_, local], axis=-1), axis=-1)
-        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
+        q_blocks = to_blocks(q, self.segment)  # [B, G, w, H, d]
+        k_win, v_win = self._window_keys(k), self._window_keys(v)  # [B, G, w + 2a, H, d]
+        key_real = self._window_keys(mask)[:, :, None, None, :]  # [B, G, 1, 1, w + 2a]
+        logits = mask_logits(jnp.einsum("bnihd,bnjhd->bnhij", q_blocks, k_win), key_real)
         r = self.num_landmarks
-        y = jnp.einsum("bnhir,brhd->bnihd", weights[..., :r], v_bar) + jnp.einsum(
-            "bnhij,bnjhd->bnihd", weights[..., r:], v_win
-        )
+        if r > 0:
+            k_bar, v_bar = self._landmarks(x, k, v, mask)
+            global_ = jnp.einsum("bnihd,brhd->bnhir", q_blocks, k_bar)
+            logits = jnp.concatenate([global_, logits], axis=-1)
+        weights = jax.nn.softmax(logits, axis=-1)
+        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
+        y = jnp.einsum("bnhij,bnjhd->bnihd", weights[..., r:], v_win)
+        if r > 0:
+            y = y + jnp.einsum("bnhir,brhd->bnihd", weights[..., :r], v_bar)
         return self.out(self._merge(from_blocks(y, n)))

@@ -45,10 +45,29 @@ G = ceil(L / C) blocks):
 
 Options and defaults: transnormer_norm kernel ("1+elu" | "elu" | "relu"; "1+elu") and
 norm_type; transnormer_diag score ("softmax" | "relu"; "softmax"), block_size (64) and
-norm_type (used with score="relu" only). Departures from the authors' code: their LRA layers
-also add LRPE relative position encodings (use_lrpe true), left out here; their Diag layer
-ignores the key padding mask (the padded keys of the last block take part in its softmax);
-their NormAttention has no attention dropout.
+norm_type (used with score="relu" only); both take ``lrpe`` (bool, False). Departures from
+the authors' code: their Diag layer ignores the key padding mask (the padded keys of the last
+block take part in its softmax); their NormAttention has no attention dropout; their LRA
+layers always use LRPE (``use_lrpe: true``), here an option (False under the LRA-official
+protocol, switched on by the transnormer protocol).
+
+LRPE (``lrpe=True``): Qin et al., "Linearized Relative Positional Encoding" (2023), in the
+variant the TransNormer authors' LRA layers use:
+OpenNLPLab/lra src/models/sequence/x_attention/lrpe.py with its defaults (core_matrix 1 =
+rotation, p_matrix 1 = identity, theta_type "a", theta_learned False), called from
+norm_linear_attention.py and norm_local_attention.py. That is a rotary (unitary) transform
+of each head's query and key: channel pairs (2p, 2p + 1) of the vector at position m are
+rotated by the angle m * theta_p, with FIXED (not learned) theta_p = 10000^(-2p / e) for
+p < e / 2, e = d rounded down to even (an odd last channel is left as it is). A query at i
+and a key at j then score q_i^T R((j - i) theta) k_j: only the offset counts.
+
+    Norm: positions m = 0 .. L-1, rotation AFTER the kernel (phi(Q), phi(K) rotated), then
+          phi(K) masked and the linear product as before: O = Norm(R phi(Q) (R phi(K))^T V)
+    Diag: positions m = 0 .. C-1 inside each block (the authors rotate the blocked tensors),
+          rotation of the scaled Q and of K before the block scores
+
+Rotated features can be negative; NormAttention has no denominator, so nothing divides by
+them. Appending padding leaves every real position (and so every rotation) unchanged.
 
 Dropout: Diag drops the block weights (as the authors do). Norm has no weight matrix; its
 ``dropout_rate`` is applied to the normalised output before the output projection.
@@ -65,6 +84,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from models.attention.common import (
@@ -77,7 +97,7 @@ from models.attention.common import (
 )
 from models.registry import register
 
-__all__ = ["DiagAttention", "NormAttention"]
+__all__ = ["DiagAttention", "NormAttention", "lrpe_rotate"]
 
 KERNELS = {
     "1+elu": lambda x: jax.nn.elu(x) + jnp.asarray(1, x.dtype),
@@ -86,6 +106,31 @@ KERNELS = {
 }
 NORM_TYPES = ("layernorm", "rmsnorm")
 SCORES = ("softmax", "relu")
+
+
+def lrpe_rotate(y: jax.Array) -> jax.Array:
+    """LRPE's rotation (the authors' LRA variant: rotary, fixed theta, interleaved pairs).
+
+    y float[..., M, H, d] with positions 0 .. M-1 along axis -3 -> the same shape: channel
+    pair (2p, 2p + 1) at position m rotated by m * theta_p, theta_p = 10000^(-2p / e),
+    e = d rounded down to even (an odd last channel stays as it is).
+    """
+    m, d = y.shape[-3], y.shape[-1]
+    e = d - d % 2
+    if e == 0:
+        return y
+    theta = 10000.0 ** (-2.0 * np.arange(e // 2) / e)
+    angle = np.arange(m)[:, None, None] * theta  # [M, 1, e/2], float64 then cast
+    cos, sin = jnp.asarray(np.cos(angle), y.dtype), jnp.asarray(np.sin(angle), y.dtype)
+    pairs = y[..., :e].reshape(*y.shape[:-1], e // 2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    rotated = jnp.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+    return jnp.concatenate([rotated.reshape(*y.shape[:-1], e), y[..., e:]], axis=-1)
+
+
+def _check_bool(label: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{label}: {name} must be true or false, got {value!r}")
 
 
 def _output_norm(label: str, norm_type: str, width: int, rngs: nnx.Rngs) -> nnx.Module:
@@ -115,14 +160,17 @@ class NormAttention(MultiHeadAttention):
         dropout_rate: float = 0.0,
         kernel: str = "1+elu",
         norm_type: str = "layernorm",
+        lrpe: bool = False,
     ):
         qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        _check_bool(self.label, "lrpe", lrpe)
         if kernel not in KERNELS:
             raise ValueError(
                 f"{self.label}: kernel must be one of {tuple(KERNELS)}, got {kernel!r}"
             )
         self._init_projections(rngs)
         self.kernel = kernel
+        self.lrpe = lrpe
         self.norm = _output_norm(self.label, norm_type, qkv_dim, rngs)
 
     def __call__(
@@ -136,7 +184,10 @@ class NormAttention(MultiHeadAttention):
         self._check_call(x, mask, deterministic, rngs)
         q, k, v = self._qkv(x)
         phi = KERNELS[self.kernel]
-        y = self._merge(linear_context(phi(q), zero_padded(phi(k), mask), v))
+        q, k = phi(q), phi(k)
+        if self.lrpe:
+            q, k = lrpe_rotate(q), lrpe_rotate(k)
+        y = self._merge(linear_context(q, zero_padded(k, mask), v))
         y = self.dropout(self.norm(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)
 
@@ -161,8 +212,10 @@ class DiagAttention(MultiHeadAttention):
         score: str = "softmax",
         block_size: int = 64,
         norm_type: str = "layernorm",
+        lrpe: bool = False,
     ):
         qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        _check_bool(self.label, "lrpe", lrpe)
         if score not in SCORES:
             raise ValueError(f"{self.label}: score must be one of {SCORES}, got {score!r}")
         if not isinstance(block_size, int) or block_size < 1:
@@ -170,6 +223,7 @@ class DiagAttention(MultiHeadAttention):
         self._init_projections(rngs)
         self.score = score
         self.block_size = block_size
+        self.lrpe = lrpe
         # The norm replaces the softmax's normalisation; T2 (softmax) has none.
         self.norm = _output_norm(self.label, norm_type, qkv_dim, rngs) if score == "relu" else None
 
@@ -187,6 +241,8 @@ class DiagAttention(MultiHeadAttention):
         c = self.block_size
         q = to_blocks(q * jnp.asarray(self.head_dim**-0.5, dtype), c)
         k, v = to_blocks(k, c), to_blocks(v, c)
+        if self.lrpe:  # positions 0 .. C-1 inside each block, as the authors rotate blocks
+            q, k = lrpe_rotate(q), lrpe_rotate(k)
         real_key = to_blocks(mask.astype(bool), c)[:, None, :, None, :]  # [B, 1, G, 1, C]
 
         logits = jnp.einsum("bgqhd,bgkhd->bhgqk", q, k)
