@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from lra import measure, parallel, results
 from lra.errors import ConfigError
 from lra.setting import describe_setting
-from lra.steps import abstract_batch, compile_steps, train_step_flops
+from lra.steps import abstract_batch, compile_steps, layers_description, train_step_flops
 
 
 def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> dict:
@@ -199,6 +199,7 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
             "task": cfg.task.name,
             "seed": int(cfg.seed),
             **setting,
+            **layers_description(cfg),
             **out,
             "precision": cfg.trainer.precision,
             "isolated": bool(cfg.bench.isolate),

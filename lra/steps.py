@@ -63,6 +63,13 @@ def attention_sources(cfg) -> dict[str, str]:
     return {name: models.registry.source(name) for name in sorted(set(schedule))}
 
 
+def layers_description(cfg) -> dict:
+    """``layer_mechanisms`` (the mechanism of each layer, lowest first) and ``schedule_warning``
+    (set when a lower/upper schedule lost a part at this depth), as records carry them."""
+    kwargs = model_kwargs(cfg)
+    return models.describe_layers(kwargs["attention"], int(kwargs["num_layers"]))
+
+
 def build_model(cfg, rngs: nnx.Rngs) -> nnx.Module:
     """The classifier for ``cfg.model`` on ``cfg.task``; config mistakes become ConfigError."""
     try:

@@ -43,6 +43,7 @@ from lra.steps import (
     attention_sources,
     compile_steps,
     compile_train_variant,
+    layers_description,
     train_step_flops,
 )
 from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
@@ -161,6 +162,8 @@ def train_and_evaluate(cfg) -> dict:
         return {**done, "record_path": str(run.record_path), "skipped": True}
     setting = describe_setting(run.config)
     log.info(f"{run.key}: variant {setting['variant']}, protocol {setting['protocol']}")
+    if warning := layers_description(cfg)["schedule_warning"]:
+        log.warning(f"{cfg.model.name} on {cfg.task.name}: {warning}")
 
     # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
     example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
@@ -466,6 +469,7 @@ def _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, co
         "grad_accum": int(cfg.trainer.get("grad_accum", 1)),
         "remat": bool(cfg.trainer.get("remat", False)),
         "attention_sources": attention_sources(cfg),
+        **layers_description(cfg),
         **measure.environment(),
         "precision": cfg.trainer.precision,
         "code_version": code_version,

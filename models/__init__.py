@@ -9,6 +9,7 @@ from models.encoder import (
     Classifier,
     DualClassifier,
     build_classifier,
+    describe_layers,
     resolve_schedule,
     sinusoidal_positions,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "DualClassifier",
     "RegistryError",
     "build_classifier",
+    "describe_layers",
     "make_attention",
     "names",
     "register",

@@ -62,7 +62,7 @@ __all__ = [
 # key (wrapped as nnx.Rngs(dropout=key)), or None when deterministic.
 DropoutRngs = nnx.Rngs | jax.Array | None
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "last")
 POSITIONS = ("sinusoidal", "learned")
 
 
@@ -440,7 +440,9 @@ class Encoder(nnx.Module):
 
 
 def pool(h: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-    """float[B, L, D] -> float[B, D]: 'cls' takes position 0; 'mean' averages real positions.
+    """float[B, L, D] -> float[B, D]: 'cls' takes position 0; 'mean' averages real positions;
+    'last' takes the last real position (the TransNormer authors' Pathfinder decoder,
+    OpenNLPLab/lra ``decoder.mode: last``). An all-padding row gives 0 under 'mean' and 'last'.
 
     The mean sums in float32 and divides by max(count, 1), so an all-padding row gives 0.
     """
@@ -451,6 +453,10 @@ def pool(h: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
         total = jnp.sum(jnp.where(m, h, 0), axis=1, dtype=jnp.float32)
         count = jnp.maximum(jnp.sum(m, axis=1, dtype=jnp.float32), 1.0)
         return (total / count).astype(h.dtype)
+    if pooling == "last":
+        count = jnp.sum(mask.astype(jnp.int32), axis=1)
+        last = jnp.take_along_axis(h, jnp.maximum(count - 1, 0)[:, None, None], axis=1)[:, 0]
+        return jnp.where((count > 0)[:, None], last, 0).astype(h.dtype)
     raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
 
 

@@ -81,6 +81,14 @@ def test_classifier_shapes(pooling, positions):
         assert model.encoder.embedder.pos.shape == (24 + (pooling == "cls"), 32)
 
 
+def test_last_pooling_takes_the_last_real_position():
+    h = jnp.arange(2 * 5 * 3, dtype=jnp.float32).reshape(2, 5, 3)
+    mask = jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    np.testing.assert_array_equal(pool(h, mask, "last"), jnp.stack([h[0, 2], h[1, 4]]))
+    empty = jnp.zeros((1, 5), bool)
+    np.testing.assert_array_equal(pool(h[:1], empty, "last"), jnp.zeros((1, 3)))
+
+
 def test_dual_classifier_shape():
     model = _model(dual=True, qkv_dim=16, num_classes=2)
     t = jax.ShapeDtypeStruct((3, 20), jnp.int32)
@@ -89,7 +97,9 @@ def test_dual_classifier_shape():
     assert out.shape == (3, 2)
 
 
-@pytest.mark.parametrize("pooling, positions", [("cls", "sinusoidal"), ("mean", "learned")])
+@pytest.mark.parametrize(
+    "pooling, positions", [("cls", "sinusoidal"), ("mean", "learned"), ("last", "sinusoidal")]
+)
 def test_padding_invariance(pooling, positions):
     extra = 8  # 16 + 8 = max_len: eager-mode shapes shared across tests keep the file fast
     model = _model(pooling=pooling, positions=positions)

@@ -47,6 +47,23 @@ def test_a_few_steps_write_a_complete_finite_record(listops_tiny_dir, tmp_path):
     assert "task.generator.num_train" in record["overrides"]
     assert record["variant"].startswith("transformer[") and record["protocol"] == "custom"
     assert len(record["setting"]) == 10 and record["setting"] in record["run_key"]
+    assert record["layer_mechanisms"] == ["softmax"] and record["schedule_warning"] is None
+    assert record["val_source"] == "official"
+    assert record["split_sizes"] == {"train": 256, "val": 64, "test": 64}
+
+
+def test_records_name_each_layers_mechanism_and_a_degenerate_schedule():
+    from conftest import make_config
+
+    from lra.steps import layers_description
+
+    image = layers_description(make_config("task=image", "model=transnormer_t2"))
+    assert image["layer_mechanisms"] == ["transnormer_norm"]
+    assert "0 lower layers" in image["schedule_warning"]
+    theirs = make_config("task=image", "model=transnormer_t2", "protocol=transnormer")
+    deep = layers_description(theirs)
+    assert deep["layer_mechanisms"] == ["transnormer_diag"] * 6 + ["transnormer_norm"] * 6
+    assert deep["schedule_warning"] is None
 
 
 def test_same_seed_same_result_and_last_selection(listops_tiny_dir, tmp_path):
