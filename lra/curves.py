@@ -3,12 +3,14 @@
 ``curves.png`` / ``curves.svg`` hold one panel per task of the report's task set
 (official or tiny, in the leaderboard's column order, only tasks with a curve).
 In each panel, x = training step, y = validation accuracy in percent (like the
-leaderboard), one line per model: the mean of ``val/accuracy`` over that model's
-seeds at each step where every one of those seeds has a value. The legend names
-the number of seeds when it is more than one.
+leaderboard), one line per leaderboard row (a model under one setting, named by the
+row's label): the mean of ``val/accuracy`` over that row's seeds at each step where
+every one of those seeds has a value. The legend names the number of seeds when it
+is more than one. One figure per leaderboard table, i.e. per protocol (render step,
+see :mod:`lra.report_load` for the chain).
 
 The runs are exactly those behind the leaderboard cells (the report's filters,
-then the newest record per model, task and seed). Each run's values come from
+then the newest record per model, task, setting and seed). Each run's values come from
 ``metrics.jsonl`` in the run folder its record names (``run_dir``); lines of the
 same step are merged. A record without ``run_dir``, whose metrics file is
 missing, or whose file holds no ``val/accuracy`` is skipped, with a note.
@@ -27,7 +29,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from lra.figure import save_figure
-from lra.report import TINY_NOTE, Leaderboard, record_name
+from lra.leaderboard import Leaderboard
+from lra.report_load import TINY_NOTE, record_name
 from lra.track.jsonl import METRICS_FILE, read_metrics
 
 VAL_KEY = "val/accuracy"
@@ -44,10 +47,11 @@ class Curve(NamedTuple):
 
 @dataclass
 class Curves:
-    """``series[task][model]`` is a :class:`Curve`; ``sources`` and ``skipped`` trace it."""
+    """``series[task][row label]`` is a :class:`Curve`; ``sources`` and ``skipped`` trace it."""
 
     task_set: str
     series: dict[str, dict[str, Curve]]
+    protocol: str = ""
     sources: dict[str, dict[str, dict]] = field(default_factory=dict)
     skipped: list[tuple[dict, str]] = field(default_factory=list)
 
@@ -63,6 +67,7 @@ class Curves:
     def trace(self, root=None) -> dict:
         """The ``curves`` section of ``sources.json``."""
         out = {
+            "protocol": self.protocol,
             "y": f"{VAL_KEY} in percent, mean over seeds at steps every seed has",
             "drawn": bool(self.series),
             "tasks": {
@@ -124,7 +129,7 @@ def mean_curve(runs: list[dict[int, float]]) -> Curve:
 
 def learning_curves(lb: Leaderboard) -> Curves:
     """The curves of every leaderboard cell (same records), reading each run's metrics file."""
-    curves = Curves(lb.task_set, {})
+    curves = Curves(lb.task_set, {}, protocol=lb.protocol)
     for task in (*lb.tasks, lb.pathx):
         for row in lb.rows:
             cell = row.cells.get(task)
@@ -150,8 +155,8 @@ def learning_curves(lb: Leaderboard) -> Curves:
                 used["seeds"].append(seed)
             curve = mean_curve(runs)
             if curve.steps:
-                curves.series.setdefault(task, {})[row.model] = curve
-                curves.sources.setdefault(task, {})[row.model] = used
+                curves.series.setdefault(task, {})[row.label] = curve
+                curves.sources.setdefault(task, {})[row.label] = used
             elif runs:
                 curves.skipped += [(r, "no step shared by all seeds") for r in used["records"]]
     return curves
@@ -165,7 +170,7 @@ def _seeds_label(ns: list[int]) -> str:
 
 
 def draw_curves(curves: Curves) -> Figure:
-    """One panel per task, one line per model (same colour in every panel), legend outside."""
+    """One panel per task, one line per row (same colour in every panel), legend outside."""
     tasks = list(curves.series)
     models = list(dict.fromkeys(m for t in tasks for m in curves.series[t]))
     ncols = min(3, len(tasks))
@@ -195,12 +200,14 @@ def draw_curves(curves: Curves) -> Figure:
     labels = [f"{m}{_seeds_label(ns[m])}" for m in models]
     fig.legend(handles, labels, loc="outside right center", fontsize=8, title="Model")
     title = "Learning curves: validation accuracy vs training step (mean over seeds)"
+    if curves.protocol:
+        title += f", protocol {curves.protocol}"
     fig.suptitle(title + (f"\n({TINY_NOTE})" if curves.task_set == "tiny" else ""), fontsize=11)
     return fig
 
 
-def write_curves(curves: Curves, out_dir) -> list[Path]:
-    """Write ``curves.png`` and ``curves.svg`` (text kept as text); nothing when no curve."""
+def write_curves(curves: Curves, out_dir, stem: str = "curves") -> list[Path]:
+    """Write ``<stem>.png`` and ``<stem>.svg`` (text kept as text); nothing when no curve."""
     if not curves.series:
         return []
-    return save_figure(draw_curves(curves), out_dir, "curves")
+    return save_figure(draw_curves(curves), out_dir, stem)

@@ -1,30 +1,23 @@
-"""TransNormer's Figure 1 reproduced from the results store.
+"""TransNormer's Figure 1 drawn (render step; the points come from :mod:`lra.figure_data`).
 
-Figure 1 of "The Devil in Linear Transformer" (Qin et al., EMNLP 2022, p. 7025)
-plots each model as one circle: LRA score on the y axis, training speed in
-steps per second on the x axis, circle area proportional to peak memory. The
-paper's speed scripts ran the Text task at length 2048 (REFERENCE.md sec. 6),
-so :data:`DEFAULT_LENGTH` is 2048.
+One circle per model: y = score, x = training steps/sec, circle area proportional to peak
+memory. What the figure shows is on it:
 
-Here, for each model:
+* error bars: y = sample standard deviation over seeds of the per-seed score, x = min-max
+  of the speed over the benchmark's timed windows;
+* a legend with one entry per model (and one for the paper's values when drawn), and a
+  second legend of three reference circles with their memory, so sizes can be read;
+* point labels placed beside their circles where they overlap no other label (checked
+  with the renderer's text extents); a label that finds no free place is left out, the
+  legend still names the model;
+* a caption under the plot naming the protocol, the task set, the device and sequence
+  length of the benchmark, what the error bars are, the models not drawn and why.
 
-* x = median training steps/sec of its benchmark record at ``length``, from
-  the benchmark setting (task, batch, precision, device) with the most models
-  measured at that length;
-* y = its LRA average from the leaderboard (official tasks), or, for the tiny
-  set, the mean test accuracy over the tiny tasks that every model has (labelled
-  as tiny-task CPU numbers, not LRA scores);
-* circle area = peak memory of the same benchmark record.
-
-Models lacking a score or a speed are listed as missing in the caption, never
-plotted at 0. Optionally the values the paper reports
-(``results/reference/figure1_paper.csv``) are drawn as hollow grey circles,
-labelled as reported in TransNormer, with the length their speed refers to.
-Drawn with matplotlib's Agg canvas (no pyplot, no display needed).
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display needed).
 """
 
-import csv
 import io
+import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,261 +25,448 @@ from pathlib import Path
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.transforms import Bbox
 
-from lra.report import MIB, TINY_NOTE, EfficiencyTable, Leaderboard, record_name, write_atomic
+from lra.figure_data import (
+    DEFAULT_LENGTH,
+    REFERENCE_LEGEND,
+    Figure1Data,
+    Point,
+    figure1_data,
+)
+from lra.report_load import MIB, TINY_NOTE
+from lra.results import write_atomic
 
-DEFAULT_LENGTH = 2048
-REFERENCE_LEGEND = "reported in TransNormer (Qin et al. 2022)"
 MAX_AREA = 2500.0  # points^2 of the largest circle
 MIN_AREA = 30.0
+LEGEND_FONT = 7.0
+LABEL_FONT = 8.0
+# Label directions around a circle: (dx, dy) unit offset, horizontal and vertical alignment.
+DIRECTIONS = (
+    (1, 0, "left", "center"),
+    (0.71, 0.71, "left", "bottom"),
+    (0.71, -0.71, "left", "top"),
+    (0, 1, "center", "bottom"),
+    (0, -1, "center", "top"),
+    (-0.71, 0.71, "right", "bottom"),
+    (-1, 0, "right", "center"),
+    (-0.71, -0.71, "right", "top"),
+)
+GAPS = (3.0, 12.0, 24.0)  # points between the circle's edge and its label, tried in order
 
-
-@dataclass
-class Point:
-    model: str
-    x: float
-    y: float
-    memory_bytes: float | None
-    x_record: dict
-    y_records: list[dict]
+__all__ = ["DEFAULT_LENGTH", "Figure1", "figure1", "draw_figure1", "save_figure", "write_figure1"]
 
 
 @dataclass
 class Figure1:
     figure: Figure
-    length: int
-    points: list[Point]
-    missing: dict[str, str]
-    y_label: str
+    data: Figure1Data
     caption: str
-    table: EfficiencyTable | None
-    tiny: bool = False
-    reference: list[dict] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)
+
+    @property
+    def points(self) -> list[Point]:
+        return self.data.points
 
     @property
     def labels(self) -> list[str]:
-        return [p.model for p in self.points]
+        return self.data.labels
+
+    @property
+    def missing(self) -> dict[str, str]:
+        return self.data.missing
+
+    @property
+    def length(self) -> int:
+        return self.data.length
+
+    @property
+    def tiny(self) -> bool:
+        return self.data.tiny
+
+    @property
+    def y_label(self) -> str:
+        return self.data.y_label
+
+    @property
+    def reference(self) -> list[dict]:
+        return self.data.reference
 
     def sources(self, root=None) -> dict:
-        return {
-            "length": self.length,
-            "setting": None if self.table is None else self.table.setting,
-            "y": self.y_label,
-            "points": {
-                p.model: {
-                    "x_record": record_name(p.x_record, root),
-                    "y_records": [record_name(r, root) for r in p.y_records],
-                    "code_versions": sorted(
-                        {str(r.get("code_version")) for r in [p.x_record, *p.y_records]}
-                    ),
-                }
-                for p in self.points
-            },
-            "missing": self.missing,
-            "reference": [
-                {"model": r["model"], "source": r.get("source", "")} for r in self.reference
-            ],
-        }
+        return self.data.sources(root)
 
 
-def read_reference_csv(path: str | Path) -> list[dict]:
-    """Rows of the reference CSV with ``lra_average``/``train_steps_per_sec``/... as floats."""
-    rows = []
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            for key in ("lra_average", "train_steps_per_sec", "peak_memory_mb"):
-                try:
-                    row[key] = float(row.get(key) or "")
-                except ValueError:
-                    row[key] = None
-            rows.append(row)
-    return rows
+# ---------------------------------------------------------------- circle sizes
 
 
-def _pick_table(tables, length) -> EfficiencyTable | None:
-    scored = [
-        (sum(t.value(m, length, "train_steps_per_sec") is not None for m in t.models), -i, t)
-        for i, t in enumerate(tables)
-        if length in t.lengths
-    ]
-    return max(scored, key=lambda s: s[:2])[2] if scored else None
+def circle_area(memory_bytes, biggest) -> float:
+    """Marker area (points^2) of a circle: proportional to memory, at least :data:`MIN_AREA`."""
+    if not memory_bytes or not biggest:
+        return MIN_AREA
+    return max(MIN_AREA, MAX_AREA * float(memory_bytes) / float(biggest))
 
 
-def _scores(lb: Leaderboard):
-    """``({model: (y, records)}, {model: why missing}, y label)``."""
-    scores, missing = {}, {}
-    if lb.tiny:
-        common = [t for t in lb.tasks if lb.rows and all(t in r.cells for r in lb.rows)]
-        label = f"Mean test accuracy (%) over {', '.join(common) or 'no common task'} ({TINY_NOTE})"
-        for row in lb.rows:
-            if common:
-                recs = [rec for t in common for rec in row.cells[t].records]
-                scores[row.model] = (sum(row.cells[t].mean for t in common) / len(common), recs)
-            else:
-                missing[row.model] = "no tiny task has results for every model"
-        return scores, missing, label
-    label = "LRA score (mean test accuracy over ListOps, Text, Retrieval, Image, Pathfinder, %)"
-    for row in lb.rows:
-        if row.average is None:
-            lacking = [t for t in lb.tasks if t not in row.cells]
-            missing[row.model] = f"no LRA average (no results for {', '.join(lacking)})"
-        else:
-            recs = [rec for t in lb.tasks for rec in row.cells[t].records]
-            scores[row.model] = (row.average, recs)
-    return scores, missing, label
+def _nice_floor(value: float) -> float:
+    """The largest round number (1, 1.5, 2, 3, 4, 5, 6 or 8 times a power of ten) <= ``value``."""
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(m * power for m in (8, 6, 5, 4, 3, 2, 1.5, 1) if m * power <= value * (1 + 1e-9))
 
 
-def figure1(
-    lb: Leaderboard,
-    tables: list[EfficiencyTable],
-    *,
-    length: int = DEFAULT_LENGTH,
-    reference_csv: str | Path | None = None,
-) -> Figure1:
-    """Build Figure 1 (see the module docstring); nothing is written until :func:`write_figure1`."""
-    length = int(length)
-    table = _pick_table(tables, length)
-    scores, missing, y_label = _scores(lb)
-    models = set(scores) | set(missing) | set(table.models if table else [])
-    points = []
-    for model in sorted(models):
-        if model not in scores and model not in missing:
-            missing[model] = "no training records"
-        status = table.status(model, length) if table else None
-        speed = table.value(model, length, "train_steps_per_sec") if table else None
-        if status is not None and status != "ok":
-            why = f"{status.upper()} at length {length}"
-        elif speed is None:
-            why = f"no benchmark speed at length {length}"
-        else:
-            why = None
-        if why:
-            missing[model] = f"{missing[model]}; {why}" if model in missing else why
-            continue
-        if model in missing:
-            continue
-        memory = table.value(model, length, "peak_memory_bytes")
-        rec = table.cells[(model, length)]
-        points.append(Point(model, speed, scores[model][0], memory, rec, scores[model][1]))
+def memory_scale(biggest_bytes: float) -> list[float]:
+    """Three round memory values (bytes) for the circle-size legend, largest first."""
+    top = _nice_floor(biggest_bytes / MIB)
+    values = [top, _nice_floor(top / 4), _nice_floor(top / 16)]
+    return [v * MIB for v in dict.fromkeys(values)]
 
-    notes = []
-    reference = []
-    if reference_csv is not None:
-        if lb.tiny:
-            notes.append("Paper values not drawn: tiny-task accuracies are not LRA scores.")
-        elif not Path(reference_csv).is_file():
-            notes.append(f"Reference CSV {reference_csv} not found; paper values not drawn.")
-        else:
-            rows = read_reference_csv(reference_csv)
-            notes.append(
-                f"Hollow circles: values reported in TransNormer ({reference_csv}), drawn at a "
-                "fixed size (their memory is not stated in the text)."
-            )
-            reference = [r for r in rows if r["lra_average"] and r["train_steps_per_sec"]]
-            left = [r.get("paper_label") or r["model"] for r in rows if r not in reference]
-            if left:
-                notes.append(
-                    "Paper values without both an LRA score and a speed in the text, not drawn: "
-                    + ", ".join(left)
-                    + "."
-                )
-    fig = _draw(points, reference, lb, table, length, y_label)
-    caption = _caption(points, missing, notes, table, length, lb)
-    fig.axes[0].text(
-        0.0,
-        -0.12,
-        "\n".join(textwrap.fill(p, 110) for p in caption.split("\n")),
-        transform=fig.axes[0].transAxes,
-        va="top",
-        fontsize=7,
+
+def memory_text(value_bytes: float) -> str:
+    mib = value_bytes / MIB
+    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
+
+
+# ---------------------------------------------------------------- drawing
+
+
+def _colors(n: int):
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _legend_label(p: Point) -> str:
+    return p.label + (f" ({p.n_seeds} seeds)" if p.n_seeds > 1 else "")
+
+
+def _errorbars(ax, p: Point, color) -> None:
+    xerr = [[p.x - p.x_low], [p.x_high - p.x]]
+    has_x = p.x_high > p.x_low
+    if not has_x and p.y_std is None:
+        return
+    ax.errorbar(
+        [p.x],
+        [p.y],
+        xerr=xerr if has_x else None,
+        yerr=[[p.y_std], [p.y_std]] if p.y_std is not None else None,
+        fmt="none",
+        ecolor=color,
+        elinewidth=1.2,
+        capsize=3,
+        zorder=3,
+        label=f"_errorbar {p.label}",
     )
-    return Figure1(fig, length, points, missing, y_label, caption, table, lb.tiny, reference)
 
 
-def _draw(points, reference, lb, table, length, y_label) -> Figure:
-    fig = Figure(figsize=(9, 6.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    memories = [p.memory_bytes for p in points if p.memory_bytes]
-    biggest = max(memories) if memories else 1.0
-    if points:
-        colors = matplotlib.colormaps["tab20"].resampled(max(len(points), 2))
-        sizes = [
-            max(MIN_AREA, MAX_AREA * p.memory_bytes / biggest) if p.memory_bytes else MIN_AREA
-            for p in points
-        ]
-        measured = ax.scatter(
-            [p.x for p in points],
-            [p.y for p in points],
-            s=sizes,
-            c=[colors(i) for i in range(len(points))],
-            alpha=0.6,
-            edgecolors="black",
-            linewidths=0.8,
-            label="measured by this harness",
+def _model_legend(ax, points, colors, data) -> Legend:
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="none",
+            markersize=7,
+            markerfacecolor=c,
+            markeredgecolor="black",
+            alpha=0.8,
         )
-        measured.set_gid("measured")
-        for p in points:
-            ax.annotate(p.model, (p.x, p.y), xytext=(6, 6), textcoords="offset points", fontsize=8)
-    if reference:
-        lengths = sorted({str(r.get("speed_length") or "?") for r in reference})
+        for c in colors
+    ]
+    labels = [_legend_label(p) for p in points]
+    if data.reference:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="none",
+                markersize=7,
+                markerfacecolor="none",
+                markeredgecolor="0.45",
+            )
+        )
+        lengths = sorted({str(r.get("speed_length") or "?") for r in data.reference})
+        same = lengths == [str(data.length)]
+        labels.append(
+            f"{REFERENCE_LEGEND};\ntheir speed at length {', '.join(lengths)}"
+            + ("" if same else f", not {data.length}")
+        )
+    legend = ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        fontsize=LEGEND_FONT,
+        title="Model",
+        title_fontsize=LEGEND_FONT + 1,
+    )
+    legend.set_gid("models")
+    return legend
+
+
+def _memory_legend(ax, biggest) -> Legend | None:
+    if not biggest:
+        return None
+    values = memory_scale(biggest)
+    sizes = [math.sqrt(circle_area(v, biggest)) for v in values]  # diameters in points
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="none",
+            markersize=d,
+            markerfacecolor="0.85",
+            markeredgecolor="black",
+            alpha=0.6,
+        )
+        for d in sizes
+    ]
+    # Circles are centred on their label's line; rows (and the title) spaced by the largest
+    # diameter keep them clear of each other and of the title.
+    span = max(sizes) / LEGEND_FONT  # the largest circle, in font sizes
+    legend = Legend(
+        ax,
+        handles,
+        [memory_text(v) for v in values],
+        loc="upper left",
+        bbox_to_anchor=(1.02, 0.0),
+        borderaxespad=0.0,
+        fontsize=LEGEND_FONT,
+        title="Peak memory (circle area)",
+        title_fontsize=LEGEND_FONT + 1,
+        handlelength=span,
+        labelspacing=span,
+        borderpad=0.8,
+    )
+    legend.set_gid("memory")
+    ax.add_artist(legend)
+    # add_artist clips to the axes, which would keep the legend out of the saved (tight) box
+    legend.set_clip_on(False)
+    return legend
+
+
+def _stack_below(ax, upper: Legend, lower: Legend, renderer) -> None:
+    """Anchor ``lower`` just under ``upper`` (both right of the axes)."""
+    bottom = upper.get_window_extent(renderer).y0
+    y = ax.transAxes.inverted().transform((0.0, bottom - 10.0))[1]
+    lower.set_bbox_to_anchor((1.02, y), transform=ax.transAxes)
+
+
+def _bar_boxes(ax, points) -> list[Bbox]:
+    """Display boxes of the error bars (a few pixels thick), to keep labels off them."""
+    boxes = []
+    for p in points:
+        if p.x_high > p.x_low:
+            (x0, y0), (x1, _) = ax.transData.transform([(p.x_low, p.y), (p.x_high, p.y)])
+            boxes.append(Bbox.from_extents(x0, y0 - 3, x1, y0 + 3))
+        if p.y_std is not None:
+            (x0, y0), (_, y1) = ax.transData.transform([(p.x, p.y - p.y_std), (p.x, p.y + p.y_std)])
+            boxes.append(Bbox.from_extents(x0 - 3, y0, x0 + 3, y1))
+    return boxes
+
+
+def place_labels(ax, items, renderer, marks=()) -> list[str]:
+    """Annotate each ``(text, (x, y), radius in points, style)`` beside its circle.
+
+    Tries the eight directions at growing gaps; takes the first place inside the axes (where
+    no other text is: titles, ticks, legends and caption lie outside) that overlaps no label
+    placed so far, preferring one that covers the fewest circles and ``marks`` (display
+    boxes, e.g. error bars). Returns the texts that found no place (not drawn; the legend
+    still names them).
+    """
+    scale = ax.figure.dpi / 72.0
+    frame = ax.get_window_extent(renderer)
+    taken = []
+    centers = [ax.transData.transform(xy) for _, xy, _, _ in items]
+    circles = [
+        Bbox.from_extents(cx - r * scale, cy - r * scale, cx + r * scale, cy + r * scale)
+        for (cx, cy), (_, _, r, _) in zip(centers, items, strict=True)
+    ] + list(marks)
+    left_out = []
+    for text, xy, radius, style in items:
+        best = None
+        for gap in GAPS:
+            for dx, dy, ha, va in DIRECTIONS:
+                offset = ((radius + gap) * dx, (radius + gap) * dy)
+                note = ax.annotate(
+                    text,
+                    xy,
+                    xytext=offset,
+                    textcoords="offset points",
+                    ha=ha,
+                    va=va,
+                    fontsize=LABEL_FONT,
+                    **style,
+                )
+                box = note.get_window_extent(renderer)
+                note.remove()
+                padded = box.padded(2.0)
+                inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+                if not inside or any(padded.overlaps(b) for b in taken):
+                    continue
+                covers = sum(padded.overlaps(c) for c in circles)
+                if best is None or covers < best[0]:
+                    best = (covers, offset, ha, va, box, gap)
+                if covers == 0:
+                    break
+            if best is not None and best[0] == 0:
+                break
+        if best is None:
+            left_out.append(text)
+            continue
+        _, offset, ha, va, box, gap = best
+        leader = None
+        if gap > GAPS[0]:  # a label set further out gets a thin line to its circle
+            leader = {
+                "arrowstyle": "-",
+                "color": "0.55",
+                "lw": 0.5,
+                "shrinkA": 1,
+                "shrinkB": radius,
+            }
+        ax.annotate(
+            text,
+            xy,
+            xytext=offset,
+            textcoords="offset points",
+            ha=ha,
+            va=va,
+            fontsize=LABEL_FONT,
+            arrowprops=leader,
+            **style,
+        )
+        taken.append(box)
+    return left_out
+
+
+def caption_text(data: Figure1Data) -> str:
+    """The caption: protocol, task set, device, length, error bars, missing models, notes."""
+    s = data.table.setting if data.table is not None else {}
+    tiny = f", {TINY_NOTE}" if data.tiny else ""
+    y_what = "mean test accuracy over the tasks every model has" if data.tiny else "LRA average"
+    parts = [
+        f"Protocol: {data.protocol}. Task set: {data.task_set} ({', '.join(data.y_tasks)}{tiny}).",
+        f"y = {y_what}; error bar = sample std over seeds of the per-seed score "
+        "(seeds that ran every one of those tasks; none for one seed).",
+        f"x = median training steps/sec at sequence length {data.length} on "
+        f"{s.get('task', '?')} (batch {s.get('batch_size', '?')}, {s.get('precision', '?')}) on "
+        f"{data.device} ({s.get('platform', '?')}), from lra-bench; error bar = min-max over "
+        "the timed windows.",
+    ]
+    memories = [p.memory_bytes for p in data.points if p.memory_bytes]
+    if memories:
+        sources = ", ".join(data.table.memory_sources) or "n/a"
+        parts.append(
+            f"Circle area proportional to peak memory of the benchmark step (largest "
+            f"{max(memories) / MIB:.1f} MiB; source: {sources})."
+        )
+    else:
+        parts.append("No peak memory in the benchmark records: all circles drawn small.")
+    if data.missing:
+        parts.append(
+            "Not drawn: "
+            + "; ".join(f"{m}: {why}" for m, why in sorted(data.missing.items()))
+            + "."
+        )
+    parts += data.notes
+    return "\n".join(parts)
+
+
+def draw_figure1(data: Figure1Data) -> Figure1:
+    """Draw the points of :func:`~lra.figure_data.figure1_data`; :func:`write_figure1` writes."""
+    fig = Figure(figsize=(10, 6.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.08, 0.1, 0.6, 0.8))
+    points = data.points
+    colors = _colors(len(points))
+    memories = [p.memory_bytes for p in points if p.memory_bytes]
+    biggest = max(memories) if memories else None
+    areas = [circle_area(p.memory_bytes, biggest) for p in points]
+    measured = ax.scatter(
+        [p.x for p in points],
+        [p.y for p in points],
+        s=areas,
+        c=colors,
+        alpha=0.6,
+        edgecolors="black",
+        linewidths=0.8,
+        zorder=2,
+    )
+    measured.set_gid("measured")
+    for p, color in zip(points, colors, strict=True):
+        _errorbars(ax, p, color)
+    if data.reference:
         ref = ax.scatter(
-            [r["train_steps_per_sec"] for r in reference],
-            [r["lra_average"] for r in reference],
+            [r["train_steps_per_sec"] for r in data.reference],
+            [r["lra_average"] for r in data.reference],
             s=120,
             facecolors="none",
             edgecolors="0.45",
             linestyle="--",
-            label=f"{REFERENCE_LEGEND}; their speed at length {', '.join(lengths)}"
-            + ("" if lengths == [str(length)] else f", not {length}"),
+            zorder=2,
         )
         ref.set_gid("reference")
-        for r in reference:
-            ax.annotate(
-                r.get("paper_label") or r["model"],
-                (r["train_steps_per_sec"], r["lra_average"]),
-                xytext=(6, -10),
-                textcoords="offset points",
-                fontsize=7,
-                color="0.4",
-                style="italic",
-            )
-    if points or reference:
-        legend = ax.legend(loc="best", fontsize=7)
-        for handle in legend.legend_handles:
-            handle.set_sizes([60.0])
     ax.margins(0.15)
-    where = ""
-    if table is not None:
-        s = table.setting
-        where = f", {s['task']}, batch {s['batch_size']}, {s['precision']}, {s['device']}"
-    ax.set_xlabel(f"Training speed (steps per sec) at length {length}{where}")
-    ax.set_ylabel(textwrap.fill(y_label, 60))
-    title = "TransNormer Figure 1 reproduction: score vs training speed, circle area = peak memory"
-    if lb.tiny:
-        title = f"{title}\n({TINY_NOTE})"
-    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(f"Training speed (steps per sec) at length {data.length}, {data.device}")
+    ax.set_ylabel(textwrap.fill(data.y_label, 60))
+    title = (
+        "TransNormer Figure 1 reproduction: score vs training speed (circle area = memory)\n"
+        f"protocol {data.protocol}, {data.task_set} tasks, length {data.length}, {data.device}"
+    )
+    ax.set_title(title + (f"\n({TINY_NOTE})" if data.tiny else ""), fontsize=10)
     ax.grid(alpha=0.3)
-    return fig
 
-
-def _caption(points, missing, notes, table, length, lb) -> str:
-    tiny = f" ({TINY_NOTE})" if lb.tiny else ""
-    parts = [
-        f"Figure 1 reproduction{tiny}: one circle per model; x = median training steps/sec at "
-        f"length {length}; y = {'mean over common tiny tasks' if lb.tiny else 'LRA average'}; "
-        "circle area proportional to peak memory of the benchmark step."
+    models = _model_legend(ax, points, colors, data)
+    memory = _memory_legend(ax, biggest)
+    fig.canvas.draw()  # lays out ticks and legends, so their extents below are final
+    renderer = fig.canvas.get_renderer()
+    if memory is not None:
+        _stack_below(ax, models, memory, renderer)
+        fig.canvas.draw()
+    caption = caption_text(data)
+    boxes = [ax.get_tightbbox(renderer), models.get_window_extent(renderer)]
+    if memory is not None:
+        boxes.append(memory.get_window_extent(renderer))
+    width, height = fig.bbox.width, fig.bbox.height
+    bottom = min(b.y0 for b in boxes) - 8.0
+    fig.text(
+        ax.get_tightbbox(renderer).x0 / width,
+        bottom / height,
+        "\n".join(textwrap.fill(p, 125) for p in caption.split("\n")),
+        va="top",
+        ha="left",
+        fontsize=LEGEND_FONT,
+        gid="caption",
+    )
+    items = [
+        (p.label, (p.x, p.y), math.sqrt(a) / 2, {}) for p, a in zip(points, areas, strict=True)
     ]
-    if table is not None and points:
-        biggest = max((p.memory_bytes or 0) for p in points)
-        sources = ", ".join(table.memory_sources) or "n/a"
-        parts.append(f"Largest circle = {biggest / MIB:.1f} MiB (memory source: {sources}).")
-    if missing:
-        parts.append(
-            "Missing (not plotted): " + "; ".join(f"{m}: {why}" for m, why in missing.items()) + "."
+    items += [
+        (
+            r.get("paper_label") or r["model"],
+            (r["train_steps_per_sec"], r["lra_average"]),
+            math.sqrt(120.0) / 2,
+            {"color": "0.4", "style": "italic"},
         )
-    parts += notes
-    return "\n".join(parts)
+        for r in data.reference
+    ]
+    unlabelled = place_labels(ax, items, renderer, _bar_boxes(ax, points))
+    return Figure1(fig, data, caption, unlabelled)
+
+
+def figure1(
+    boards,
+    tables,
+    *,
+    length: int = DEFAULT_LENGTH,
+    reference_csv: str | Path | None = None,
+) -> Figure1:
+    """Build and draw Figure 1 from leaderboard(s) and efficiency tables."""
+    return draw_figure1(figure1_data(boards, tables, length=length, reference_csv=reference_csv))
+
+
+# ---------------------------------------------------------------- files
 
 
 def save_figure(figure, out_dir, stem: str) -> list[Path]:
@@ -306,19 +486,25 @@ def write_figure1(fig1: Figure1, out_dir) -> list[Path]:
     """Write ``figure1.png``, ``figure1.svg`` (text kept as text) and ``figure1.md``."""
     out = Path(out_dir)
     written = save_figure(fig1.figure, out, "figure1")
+    data = fig1.data
     lines = [
-        "# Figure 1" + (f" ({TINY_NOTE})" if fig1.tiny else ""),
+        "# Figure 1" + (f" ({TINY_NOTE})" if data.tiny else ""),
         "",
         "![Figure 1](figure1.png)",
         "",
         fig1.caption.replace("\n", "\n\n"),
         "",
-        f"| Model | train steps/sec at {fig1.length} | y | peak memory (MiB) |",
+        f"| Model | train steps/sec at {data.length} (min-max over windows) | y ± std over "
+        "seeds (n) | peak memory (MiB) |",
         "|---|---|---|---|",
     ]
-    for p in fig1.points:
+    for p in data.points:
         mem = "" if p.memory_bytes is None else f"{p.memory_bytes / MIB:.1f}"
-        lines.append(f"| {p.model} | {p.x:.2f} | {p.y:.2f} | {mem} |")
-    lines += ["", f"y: {fig1.y_label}. Records behind every point: sources.json.", ""]
+        std = "" if p.y_std is None else f" ± {p.y_std:.2f}"
+        lines.append(
+            f"| {p.label} | {p.x:.2f} ({p.x_low:.2f}-{p.x_high:.2f}) | {p.y:.2f}{std} "
+            f"(n={p.n_seeds}) | {mem} |"
+        )
+    lines += ["", f"y: {data.y_label}. Records behind every point: sources.json.", ""]
     written.append(write_atomic(out / "figure1.md", "\n".join(lines)))
     return written

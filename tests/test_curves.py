@@ -7,6 +7,7 @@ import pytest
 from test_report import store, train
 
 from lra import curves, report
+from lra.leaderboard import leaderboard
 from lra.track.jsonl import METRICS_FILE
 
 TASK = "listops_tiny"
@@ -49,7 +50,7 @@ def runs(tmp_path):
 
 def test_learning_curves_are_the_mean_of_the_seeds_at_shared_steps(runs):
     _, records = runs
-    found = curves.learning_curves(report.leaderboard(records, "tiny"))
+    found = curves.learning_curves(leaderboard(records, "tiny"))
     series = found.series[TASK]
     steps, acc, n = series["transformer"]
     assert (steps, n) == ([10, 20, 30], 2)
@@ -75,7 +76,7 @@ def test_val_accuracy_merges_lines_of_a_step():
 def test_run_report_draws_curves_with_sources(runs, tmp_path, capsys):
     folder, records = runs
     out = tmp_path / "report"
-    paths = report.run_report(folder, out, tasks="tiny")
+    paths = report.run_report(folder, out, tasks="tiny", figure=False)
     png, svg = out / "curves.png", out / "curves.svg"
     assert png in paths and svg in paths
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
@@ -102,14 +103,14 @@ def test_missing_metrics_is_skipped_and_reported(tmp_path, capsys):
             train("performer", TASK, 0, 0.5),  # an older record: no run_dir
         ],
     )
-    found = curves.learning_curves(report.leaderboard(records, "tiny"))
+    found = curves.learning_curves(leaderboard(records, "tiny"))
     assert found.series == {TASK: {"transformer": ([10, 20], [50.0, 75.0], 1)}}
     assert [why for _, why in found.skipped] == [
         "no run_dir in the record",
         f"run folder {tmp_path / 'gone'} not found",
     ]
     out = tmp_path / "report"
-    paths = report.run_report(folder, out, tasks="tiny")
+    paths = report.run_report(folder, out, tasks="tiny", figure=False)
     assert out / "curves.png" in paths
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("curves:")]
     assert len(notes) == 2 and "no run_dir" in notes[0] and "not found" in notes[1]
@@ -119,7 +120,7 @@ def test_missing_metrics_is_skipped_and_reported(tmp_path, capsys):
 
 def test_no_metrics_at_all_draws_nothing_and_says_so_once(tmp_path, capsys):
     folder, _ = store(tmp_path, [train(m, TASK, 0, 0.5) for m in ("transformer", "performer")])
-    paths = report.run_report(folder, tmp_path / "report", tasks="tiny")
+    paths = report.run_report(folder, tmp_path / "report", tasks="tiny", figure=False)
     assert not [p for p in paths if p.name.startswith("curves.")]
     assert not (tmp_path / "report" / "curves.png").exists()
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("curves:")]
@@ -129,7 +130,7 @@ def test_no_metrics_at_all_draws_nothing_and_says_so_once(tmp_path, capsys):
 def test_curves_false_writes_no_curves(runs, tmp_path, capsys):
     folder, _ = runs
     out = tmp_path / "report"
-    paths = report.run_report(folder, out, tasks="tiny", curves=False)
+    paths = report.run_report(folder, out, tasks="tiny", curves=False, figure=False)
     assert not [p for p in paths if p.name.startswith("curves.")]
     assert not list(out.glob("curves.*"))
     assert "curves" not in json.loads((out / "sources.json").read_text())
@@ -156,5 +157,47 @@ def test_curves_use_the_leaderboard_records_and_a_moved_store(tmp_path):
             "path": str(new / "record.json"),
         },
     ]
-    found = curves.learning_curves(report.leaderboard(records, "tiny"))
+    found = curves.learning_curves(leaderboard(records, "tiny"))
     assert found.series == {TASK: {"transformer": ([10], [10.0], 1)}}
+
+
+def test_curves_one_line_per_setting_and_one_figure_per_protocol(tmp_path):
+    dirs = {name: tmp_path / "run_dirs" / name for name in ("long", "short", "other")}
+    write_metrics(dirs["long"], {10: 0.5, 20: 0.7})
+    write_metrics(dirs["short"], {10: 0.2, 20: 0.3})
+    write_metrics(dirs["other"], {10: 0.9})
+    quick = {"variant": "transformer[trainer.num_steps=20]", "setting": "1234567890"}
+    folder, records = store(
+        tmp_path,
+        [
+            {
+                **train("transformer", TASK, 0, 0.5, protocol="lra_official"),
+                "run_dir": str(dirs["long"]),
+            },
+            {
+                **train("transformer", TASK, 0, 0.5, protocol="lra_official", **quick),
+                "run_dir": str(dirs["short"]),
+            },
+            {
+                **train("performer", TASK, 0, 0.5, protocol="transnormer"),
+                "run_dir": str(dirs["other"]),
+            },
+        ],
+    )
+    found = curves.learning_curves(leaderboard(records, "tiny", protocol="lra_official"))
+    assert found.protocol == "lra_official"
+    assert found.series[TASK] == {
+        "transformer": ([10, 20], [50.0, 70.0], 1),
+        "transformer[trainer.num_steps=20]": ([10, 20], [20.0, 30.0], 1),
+    }
+    out = tmp_path / "report"
+    paths = report.run_report(folder, out, tasks="tiny", figure=False)
+    assert {p.name for p in paths if p.name.startswith("curves")} == {
+        "curves_lra_official.png",
+        "curves_lra_official.svg",
+        "curves_transnormer.png",
+        "curves_transnormer.svg",
+    }
+    trace = json.loads((out / "sources.json").read_text())["curves"]
+    assert set(trace) == {"lra_official", "transnormer"}
+    assert set(trace["transnormer"]["tasks"][TASK]) == {"performer"}

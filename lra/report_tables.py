@@ -1,0 +1,339 @@
+"""The report's tables as text: ``leaderboard.md``, ``leaderboard.csv``, ``efficiency.md``
+and the trace ``sources.json`` (render step; see :mod:`lra.report_load` for the chain).
+
+* **Leaderboard**: one table per protocol, each headed by its protocol name; one row per
+  setting (:mod:`lra.leaderboard`), one column per task. A cell is the mean and sample
+  standard deviation over seeds of ``test_accuracy`` in percent, with the seed count. The
+  last column is the parameter count relative to the Transformer's (same task, same
+  protocol; min-max over the row's tasks), ``!`` when over LRA's 1.10x budget. Marks:
+  ``†`` older records superseded, ``‡`` validation = test split. Footnotes list, per row of a
+  model with several settings, the config keys that differ. The CSV has one line per row
+  with a ``protocol`` column and mean, std, n and setting per task.
+* **Efficiency**: steps/sec and peak memory per model and length, relative to the
+  Transformer, one table per benchmark setting (:mod:`lra.efficiency`).
+* **Sources**: for every cell, the record files, seeds, code versions, config hashes and
+  settings it came from, and the records it superseded.
+"""
+
+import csv
+import io
+import json
+from collections import defaultdict
+
+from lra.efficiency import EfficiencyTable
+from lra.leaderboard import PARAM_BUDGET, Cell, Leaderboard, Row
+from lra.report_load import BASELINE, MIB, TINY_NOTE, record_name
+
+SUPERSEDED_MARK = "†"
+VAL_TEST_MARK = "‡"
+BUDGET_MARK = "!"
+VAL_TEST_NOTE = "validation = test split: selection saw test data"
+
+
+def fmt(value, digits=2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+# ---------------------------------------------------------------- leaderboard
+
+
+def cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    std = f" ± {cell.std:.2f}" if cell.std is not None else ""
+    marks = (SUPERSEDED_MARK if cell.superseded else "") + (VAL_TEST_MARK if cell.val_test else "")
+    return f"{cell.mean:.2f}{std} (n={cell.n})" + (f" {marks}" if marks else "")
+
+
+def params_text(row: Row) -> str:
+    """``1.02x``, or ``0.98-1.23x !`` over the row's tasks; empty without a Transformer."""
+    if not row.params_ratio:
+        return ""
+    lo, hi = min(row.params_ratio.values()), max(row.params_ratio.values())
+    text = f"{hi:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
+    return text + (f" {BUDGET_MARK}" if row.over_budget else "")
+
+
+def _value(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return str(text)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def differs_text(row: Row) -> str:
+    """``key=value`` per differing key; ``(task, ...)`` after values that hold on some tasks."""
+    by_key: dict = defaultdict(lambda: defaultdict(list))
+    for task, values in row.differs.items():
+        for key, value in values.items():
+            by_key[key][_value(value)].append(task)
+    parts = []
+    for key in sorted(by_key):
+        values = by_key[key]
+        everywhere = len(values) == 1 and len(next(iter(values.values()))) == len(row.differs)
+        for value, tasks in values.items():
+            parts.append(f"{key}={value}" + ("" if everywhere else f" ({', '.join(tasks)})"))
+    return "; ".join(parts)
+
+
+def _table_markdown(lb: Leaderboard, heading: str) -> list[str]:
+    avg_label = "Tiny avg (not LRA)" if lb.tiny else "LRA avg"
+    head = ["Model", *lb.tasks, avg_label, lb.pathx, "Params vs Transformer"]
+    lines = [
+        heading,
+        "",
+        f"Checkpoint selection: {', '.join(lb.selections) or 'n/a'}. "
+        f"Device(s): {', '.join(lb.devices) or 'n/a'}.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for row in lb.rows:
+        cells = [cell_text(row.cells.get(t)) for t in lb.tasks]
+        px = cell_text(row.cells.get(lb.pathx))
+        values = [row.label, *cells, fmt(row.average), px, params_text(row)]
+        lines.append("| " + " | ".join(values) + " |")
+    lines.append("")
+    notes = []
+    over = [r.label for r in lb.rows if r.over_budget]
+    if over:
+        notes.append(
+            f"{BUDGET_MARK} More than {PARAM_BUDGET:.2f}x the Transformer's parameters on at "
+            f"least one task ({', '.join(over)}). LRA compares models at about the "
+            f"Transformer's size (within {PARAM_BUDGET:.1f}x, Tay et al. 2021), so these rows "
+            "are not like for like."
+        )
+    if lb.baselines:
+        bases = sorted(set(lb.baselines.values()))
+        notes.append(
+            "Params: parameter count relative to the Transformer row "
+            f"{', '.join(bases)} on the same task and protocol (min-max over the row's tasks)."
+        )
+    elif lb.rows:
+        notes.append(f"Params: empty, no {BASELINE} row with a parameter count in this table.")
+    if any(r.val_test for r in lb.rows):
+        notes.append(f"{VAL_TEST_MARK} {VAL_TEST_NOTE} (val_source=test in the records).")
+    superseded = sum(len(c.superseded) for r in lb.rows for c in r.cells.values())
+    if superseded:
+        notes.append(
+            f"{SUPERSEDED_MARK} {superseded} older record(s) with the same model, task, setting "
+            "and seed were superseded by the newest one (by started_at); sources.json lists them."
+        )
+    several = [r for r in lb.rows if len(lb.rows_of(r.model)) > 1]
+    if several:
+        notes.append(
+            "Models with several settings: one row each, never averaged together. Keys whose "
+            "values differ from the model's other settings on the same task:"
+        )
+        bullets = []
+        for row in several:
+            what = differs_text(row) or "no config in the records to compare"
+            hashes = ", ".join(f"{t} {s}" for t, s in row.settings.items())
+            bullets.append(f"- {row.label}: {what} (settings: {hashes})")
+        notes[-1] += "\n\n" + "\n".join(bullets)
+    for note in notes:  # one paragraph each
+        lines += [note, ""]
+    return lines
+
+
+def leaderboard_markdown(boards: list[Leaderboard] | Leaderboard) -> str:
+    """``leaderboard.md``: one table per protocol, each headed by its protocol name."""
+    boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
+    first = boards[0]
+    tiny = f" ({TINY_NOTE})" if first.tiny else ""
+    avg_label = "Tiny avg (not LRA)" if first.tiny else "LRA avg"
+    lines = [
+        f"# Leaderboard{tiny}",
+        "",
+        f"Test accuracy (%) per task: mean ± sample standard deviation over seeds (n = seeds)"
+        f"{tiny}. Records share a cell only when model, task and setting (the hash of the "
+        "resolved config less seed, paths, logging and device layout) agree; a model with "
+        "several settings has one row per setting (label: the variant, naming what was "
+        "overridden; @hash where settings share a variant). One table per protocol; nothing "
+        f"is averaged across settings or protocols. {avg_label} = mean of the five task means "
+        f"({', '.join(first.tasks)}), empty unless all five exist; {first.pathx} is reported "
+        "separately and is not in the average. Empty cell = no record.",
+    ]
+    lines.append("")
+    for lb in boards:
+        lines += _table_markdown(lb, f"## Protocol: {lb.protocol}")
+    if first.other_tasks:
+        lines += [
+            f"Records on tasks outside this set, not shown: {', '.join(first.other_tasks)}.",
+            "",
+        ]
+    lines.append("Record files, seeds, settings and code versions behind every cell: sources.json.")
+    return "\n".join(lines) + "\n"
+
+
+def leaderboard_csv(boards: list[Leaderboard] | Leaderboard) -> str:
+    """CSV, one line per row with its protocol; mean, std, n and setting per task."""
+    boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
+
+    def columns(cell):
+        if cell is None:
+            return ["", "", "", ""]
+        std = "" if cell.std is None else repr(round(cell.std, 6))
+        return [repr(round(cell.mean, 6)), std, str(cell.n), cell.setting]
+
+    first = boards[0]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    head = ["protocol", "row", "model", "variant"]
+    for t in (*first.tasks, first.average_name, first.pathx):
+        part = ("mean", "std", "n", "setting")
+        head += [t] if t == first.average_name else [f"{t}_{p}" for p in part]
+    head += ["params_ratio_max", "params_over_budget", "val_source", "differs"]
+    writer.writerow(head)
+    for lb in boards:
+        for row in lb.rows:
+            values = [lb.protocol, row.label, row.model, row.variant]
+            for t in lb.tasks:
+                values += columns(row.cells.get(t))
+            values.append("" if row.average is None else repr(round(row.average, 6)))
+            values += columns(row.cells.get(lb.pathx))
+            ratio = row.max_params_ratio
+            values += [
+                "" if ratio is None else repr(round(ratio, 6)),
+                "" if ratio is None else str(row.over_budget).lower(),
+                "|".join(sorted({s for c in row.cells.values() for s in c.val_sources})),
+                differs_text(row),
+            ]
+            writer.writerow(values)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- efficiency
+
+
+def _speed_cell(table, model, length, key) -> str:
+    status = table.status(model, length)
+    if status is None:
+        return ""
+    if status != "ok":
+        return status.upper()
+    value, rel = table.value(model, length, key), table.relative(model, length, key)
+    if value is None:
+        return ""
+    return f"{value:.2f}" + ("" if model == BASELINE or rel is None else f" ({rel:.2f}x)")
+
+
+def _memory_cell(table, model, length) -> str:
+    status = table.status(model, length)
+    if status is None:
+        return ""
+    if status != "ok":
+        return status.upper()
+    value = table.value(model, length, "peak_memory_bytes")
+    rel = table.relative(model, length, "peak_memory_bytes")
+    if value is None:
+        return ""
+    return f"{value / MIB:.1f}" + ("" if model == BASELINE or rel is None else f" ({rel:.2f})")
+
+
+def efficiency_markdown(tables: list[EfficiencyTable], tiny: bool = False) -> str:
+    note = f" ({TINY_NOTE})" if tiny else ""
+    lines = [f"# Efficiency{note}", ""]
+    if not tables:
+        lines.append(
+            "No benchmark records (kind=bench) in the results store. Produce them with "
+            "lra-bench -m model=<models> (it writes to results/bench, which lra-report reads)."
+        )
+        return "\n".join(lines) + "\n"
+    lines += [
+        "From benchmark records on synthetic full-length inputs. Steps/sec is the median over "
+        "timed windows (the windows are in each record). In parentheses: relative to the "
+        f"Transformer ({BASELINE}) at the same length, speed as x-times its steps/sec and memory "
+        "as a fraction of its peak memory, as in the LRA paper's efficiency table. OOM = out of "
+        "memory at that length. Slope = least-squares slope of log peak memory against log "
+        "length over the lengths that ran (1 = linear, 2 = quadratic). One table per setting "
+        "(task, batch, precision, device, protocol). Records: sources.json.",
+        "",
+    ]
+    for t in tables:
+        s = t.setting
+        lines += [
+            f"## {s['task']}, batch size {s['batch_size']}, {s['precision']}, "
+            f"device {s['device']} ({s['platform']}), protocol {s['protocol']}{note}",
+            "",
+            f"Peak memory source: {', '.join(t.memory_sources) or 'n/a'}.",
+            "",
+        ]
+        cols = [str(n) for n in t.lengths]
+        for title, key in (
+            ("Training steps per second", "train_steps_per_sec"),
+            ("Inference steps per second", "eval_steps_per_sec"),
+        ):
+            lines += [f"### {title}", "", "| Model | " + " | ".join(cols) + " |"]
+            lines.append("|" + "---|" * (len(cols) + 1))
+            for m in t.models:
+                cells = [_speed_cell(t, m, n, key) for n in t.lengths]
+                lines.append(f"| {m} | " + " | ".join(cells) + " |")
+            lines.append("")
+        lines += ["### Peak memory (MiB)", "", "| Model | " + " | ".join(cols) + " | Slope |"]
+        lines.append("|" + "---|" * (len(cols) + 2))
+        for m in t.models:
+            cells = [_memory_cell(t, m, n) for n in t.lengths]
+            lines.append(f"| {m} | " + " | ".join(cells) + f" | {fmt(t.slope(m))} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _trace(records, root) -> dict:
+    return {
+        "records": [record_name(r, root) for r in records],
+        "seeds": [r.get("seed") for r in records],
+        "code_versions": sorted({str(r.get("code_version")) for r in records}),
+        "config_hashes": [r.get("config_hash") for r in records],
+    }
+
+
+def sources(boards, tables: list[EfficiencyTable], fig=None, root=None) -> dict:
+    """The records behind every reported number: ``leaderboard[protocol][row][task]``,
+    ``efficiency`` per setting, ``figure1`` (``fig`` has a ``sources(root)`` method)."""
+    boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
+    board = {}
+    for lb in boards:
+        table = {}
+        for row in lb.rows:
+            entry = {"model": row.model, "variant": row.variant}
+            for task, cell in row.cells.items():
+                entry[task] = {
+                    **_trace(cell.records, root),
+                    "setting": cell.setting,
+                    "val_sources": cell.val_sources,
+                    "num_params": cell.num_params,
+                    "superseded": [record_name(r, root) for r in cell.superseded],
+                }
+            if row.average is not None:
+                entry[lb.average_name] = {"mean_of": list(lb.tasks)}
+            if row.params_ratio:
+                entry["params_ratio"] = {
+                    "relative_to": lb.baselines,
+                    "ratios": row.params_ratio,
+                    "over_budget": row.over_budget,
+                }
+            table[row.label] = entry
+        board[lb.protocol] = table
+    eff = []
+    for t in tables:
+        cells = defaultdict(dict)
+        for (model, length), rec in sorted(t.cells.items()):
+            cells[model][str(length)] = {
+                **_trace([rec], root),
+                "status": rec.get("status", "ok"),
+                "superseded": [record_name(r, root) for r in t.superseded[(model, length)]],
+            }
+        eff.append({"setting": t.setting, "relative_to": BASELINE, "cells": dict(cells)})
+    out = {
+        "task_set": boards[0].task_set if boards else None,
+        "leaderboard": board,
+        "efficiency": eff,
+    }
+    if fig is not None:
+        out["figure1"] = fig.sources(root)
+    return out
