@@ -158,6 +158,10 @@ def _measure_isolated(cfg_container: dict, length: int, batch_size: int, options
             }
 
 
+# Keys that say how a model is measured, not which model: not overrides of its setting.
+MEASUREMENT_KEYS = ("lengths", "batch_size", "bench.")
+
+
 def _check_bench(cfg) -> list[int]:
     lengths = list(cfg.lengths)
     if not lengths or any(int(n) <= 0 for n in lengths):
@@ -181,7 +185,9 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
         "steps_per_window": int(cfg.bench.steps_per_window),
     }
     code_version = results.code_version()
-    setting = describe_setting(OmegaConf.to_container(cfg, resolve=True), config_name="bench")
+    setting = describe_setting(
+        OmegaConf.to_container(cfg, resolve=True), config_name="bench", ignore=MEASUREMENT_KEYS
+    )
     records = []
     for length in lengths:
         started_at, start = results.utc_now(), time.perf_counter()

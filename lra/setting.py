@@ -102,8 +102,14 @@ def reference_config(choices: dict, config_name: str = "config") -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def describe_setting(config: dict, config_name: str = "config", choices=None) -> dict:
+def describe_setting(
+    config: dict, config_name: str = "config", choices=None, ignore: tuple[str, ...] = ()
+) -> dict:
     """``setting``, ``variant``, ``protocol`` and ``overrides`` of a resolved run config.
+
+    Overrides of keys starting with a prefix in ``ignore`` are left out of ``overrides``,
+    ``variant`` and the protocol decision (``lra-bench``'s lengths and timing options say
+    how a model is measured, not which model it is).
 
     When no reference can be composed (a config built by hand, a model file that
     is no longer on the search path), ``overrides`` is None and the protocol is
@@ -112,6 +118,7 @@ def describe_setting(config: dict, config_name: str = "config", choices=None) ->
     choices = choices or group_choices(config)
     try:
         overrides = diff_overrides(config, reference_config(choices, config_name))
+        overrides = {k: v for k, v in overrides.items() if not k.startswith(ignore)}
     except Exception as err:  # noqa: BLE001 - any composition failure means "no reference"
         log.debug(f"no reference config for {choices}: {err}")
         overrides = None

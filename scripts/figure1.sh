@@ -71,6 +71,7 @@ if [[ $train == 1 ]]; then
     trainer.progress=false
 fi
 if [[ $bench == 1 ]]; then
-  "${bin}lra-bench" -m "model=$models" "results_dir=$out/bench" "${bench_args[@]}"
+  "${bin}lra-bench" -m "model=$models" protocol=transnormer "results_dir=$out/bench" \
+    "${bench_args[@]}"
 fi
 "${bin}lra-report" "results_dir=$out" "out_dir=$out" "models=[$models]" "${report_args[@]}"

@@ -34,6 +34,18 @@ def bench_config(*overrides: str, config_name: str = "bench"):
         return compose(config_name=config_name, overrides=list(overrides))
 
 
+def test_bench_records_keep_the_protocol_when_only_the_measurement_changes():
+    from omegaconf import OmegaConf
+
+    from lra.setting import describe_setting
+
+    cfg = bench_config("model=flash", "protocol=transnormer", "lengths=[1024]", "batch_size=2")
+    container = OmegaConf.to_container(cfg, resolve=True)
+    described = describe_setting(container, config_name="bench", ignore=bench.MEASUREMENT_KEYS)
+    assert described["protocol"] == "transnormer" and described["variant"] == "flash"
+    assert container["model"]["attention_options"]["flash"]["rope"] is True
+
+
 def test_default_bench_config_is_the_figure1_setting():
     cfg = bench_config()
     assert cfg.task.name == "text" and cfg.batch_size == 20
@@ -64,6 +76,10 @@ def test_bench_writes_one_complete_record_per_length(tmp_path):
             record["platform"] == "cpu"
             and record["config"]["task"]["max_length"] == (record["length"])
         )
+        # Lengths and timing options are not overrides of the model's setting; its size is.
+        assert "lengths" not in record["overrides"] and "batch_size" not in record["overrides"]
+        assert record["overrides"]["task.arch.dim"] == 16 and record["protocol"] == "custom"
+        assert record["layer_mechanisms"] == ["performer"]
     # The longer sequence costs more work and memory.
     assert stored[1]["flops_per_step"] > stored[0]["flops_per_step"]
     assert stored[1]["peak_memory_bytes"] > stored[0]["peak_memory_bytes"]
