@@ -6,7 +6,11 @@ composes ``configs/bench.yaml``, each with the ``model``, ``task`` and
 ``trainer`` groups, so every override (``task=listops``, ``seed=3``,
 ``trainer.num_steps=10``, ``data_dir=...``) and Hydra's ``--help`` and ``-m``
 (multirun) work the same way in all of them; ``lra-eval`` composes
-``configs/eval.yaml``. A user-facing error (:class:`LRAError`) prints one line,
+``configs/eval.yaml``. Before an app starts, the command line's config is
+checked against the typed schema (:mod:`lra.config_schema`): an unknown key, a
+value of the wrong type or a missing value is one ``error:`` line and exit
+status 2, before Hydra, JAX or any data starts; each app checks its job's config
+again (in a sweep, a failing job's row). A user-facing error (:class:`LRAError`) prints one line,
 ``error: <what is wrong and what to do>``, and exits with status 2; a run stopped
 by a signal prints one line saying how to resume and exits with 128 + the
 signal number; a second Ctrl-C exits at once with 130. In ``lra-train -m`` a
@@ -23,7 +27,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from lra import CONFIG_DIR, cluster, measure, sweep
+# lra.cluster and lra.measure import JAX: they are imported where used, so that the config
+# check (lra.config_schema) answers before JAX is even imported.
+from lra import CONFIG_DIR, config_schema, sweep
 from lra.errors import LRAError
 from lra.run.signals import Interrupted, rerun_command, terminate_raises_interrupt
 
@@ -70,20 +76,38 @@ def _on_own_gpu(train):
     (:func:`lra.cluster.pin_local_gpu`, before JAX starts); a failure is the job's row."""
 
     def job(cfg):
+        from lra import cluster
+
         cluster.pin_local_gpu()
         return train(cfg)
 
     return job
 
 
+def _checked(train):
+    """``train``, preceded by checking the job's config against the schema (a sweep job's
+    schema error is its failed row, like any other user error of the job)."""
+
+    def job(cfg):
+        config_schema.validate(cfg)
+        return train(cfg)
+
+    return job
+
+
 def _train(cfg):
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if not multirun:
+        config_schema.validate(cfg)
     if cfg.trainer.get("remat"):
+        from lra import measure
+
         measure.configure_cpu_remat()  # before the backend starts (a single run)
     from lra.train import train_and_evaluate
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        return sweep.run_job(cfg, _on_own_gpu(train_and_evaluate), summarize)
+    if multirun:
+        return sweep.run_job(cfg, _checked(_on_own_gpu(train_and_evaluate)), summarize)
     record = train_and_evaluate(cfg)
     log.info(summarize(record))
     return record["test_accuracy"]
@@ -94,6 +118,7 @@ def _folder_bytes(path: Path) -> int:
 
 
 def _data(cfg):
+    config_schema.validate(cfg)
     from lra.data.tasks import prepare_task, resolve_data_dir
 
     data_dir = resolve_data_dir(cfg.data_dir)
@@ -118,7 +143,10 @@ def bench_line(record: dict) -> str:
 
 
 def _bench(cfg):
+    config_schema.validate(cfg)
     if cfg.trainer.get("remat"):
+        from lra import measure
+
         measure.configure_cpu_remat()
     from lra.bench import run_benchmark
 
@@ -127,6 +155,7 @@ def _bench(cfg):
 
 
 def _eval(cfg):
+    config_schema.validate(cfg)
     from lra.evaluate import evaluate_run
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
@@ -157,6 +186,7 @@ def _eval_app(cfg):
 
 
 def _smoke(cfg):
+    config_schema.validate(cfg)
     from lra.smoke import run_smoke
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
@@ -170,12 +200,19 @@ def _smoke_app(cfg):
         sys.exit(1)
 
 
+def _configure_cpu_memory_analysis():
+    from lra import measure
+
+    measure.configure_cpu_memory_analysis()
+
+
 def train_main():
     """``lra-train``: train and evaluate one model on one task, write a record.
 
     After a sweep (``-m``) with a failed job, exits with status 1.
     """
-    measure.configure_cpu_memory_analysis()
+    config_schema.check_command_line("config")
+    _configure_cpu_memory_analysis()
     try:
         _train_app()
     except KeyboardInterrupt:  # the second Ctrl-C
@@ -192,18 +229,21 @@ def train_main():
 
 def eval_main():
     """``lra-eval``: evaluate the saved model of a run folder on one split."""
+    config_schema.check_command_line("eval")
     _eval_app()
 
 
 def smoke_main():
     """``lra-smoke``: a few training steps of each chosen model on each tiny task, as a table;
     exits 1 if a loss is not finite or listops_tiny does not beat its majority class."""
-    measure.configure_cpu_memory_analysis()
+    config_schema.check_command_line("smoke")
+    _configure_cpu_memory_analysis()
     _smoke_app()
 
 
 def data_main():
     """``lra-data``: prepare the data of one task into ``data_dir``."""
+    config_schema.check_command_line("config")
     try:
         _data_app()
     except KeyboardInterrupt:
@@ -218,7 +258,8 @@ def data_main():
 
 def bench_main():
     """``lra-bench``: speed and memory of one model over sequence lengths, as records."""
-    measure.configure_cpu_memory_analysis()
+    config_schema.check_command_line("bench")
+    _configure_cpu_memory_analysis()
     _bench_app()
 
 

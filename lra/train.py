@@ -152,8 +152,8 @@ def train_and_evaluate(cfg) -> dict:
     parallel.initialize_distributed(cfg.get("distributed"))
     batch_size = int(trainer.batch_size)
     topology = parallel.make_topology(trainer.get("mesh"), batch_size, trainer.get("grad_accum", 1))
+    data_dir = resolve_data_dir(cfg.data_dir)  # a data_dir that is a file fails before any write
     results_dir = results.ensure_writable(cfg.results_dir)
-    data_dir = resolve_data_dir(cfg.data_dir)
     run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))
     if trainer.skip_done and trainer.resume != "never" and (done := run.finished_record()):
         log.info(
