@@ -53,10 +53,8 @@ passes is exactly what a structured config would accept (``'7'`` is an
 integer, ``1`` a float, ``yes`` a boolean); interpolations (``${...}``) are
 not resolved and not checked. Nothing here imports JAX.
 
-``lra-report`` is not checked: its entry point and config (lra/report.py,
-configs/report.yaml) are outside lra/cli.py; a ``ReportConfig`` dataclass in
-:data:`SCHEMAS` and ``check_command_line("report")`` at the top of
-``report_main`` (plus :func:`validate` in its app) would add it.
+``lra-report`` is checked the same way (:class:`ReportConfig`, from
+``lra.report.report_main``).
 
 A new config key goes into its config file *and* into its dataclass here:
 tests/test_typed_config.py composes every model x task (x protocol, trainer and
@@ -310,12 +308,32 @@ class SmokeConfig:
     overrides: list[str] = field(default_factory=list)
 
 
+@dataclass
+class ReportConfig:
+    """``lra-report``: configs/report.yaml."""
+
+    results_dir: Any = field(default_factory=lambda: ["results/runs", "results/bench"])
+    out_dir: str = "results"
+    tasks: str = "auto"
+    models: list[str] | None = None
+    settings: list[str] | None = None
+    protocols: Any = None  # a name or a list of names
+    since: str | None = None
+    until: str | None = None
+    figure: bool = True
+    figure_length: int = 2048
+    reference_csv: str | None = None
+    show_reference: bool = True
+    curves: bool = True
+
+
 #: Primary config name (configs/<name>.yaml) -> its schema.
 SCHEMAS: dict[str, type] = {
     "config": TrainConfig,
     "bench": BenchConfig,
     "eval": EvalConfig,
     "smoke": SmokeConfig,
+    "report": ReportConfig,
 }
 GROUP_SCHEMAS: dict[str, type] = {
     "trainer": TrainerConfig,

@@ -169,9 +169,14 @@ def report_main():
         )
         sys.exit(2)
 
+    from lra import config_schema
+
+    config_schema.check_command_line("report")
+
     @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="report")
     def _report_app(cfg):
         try:
+            config_schema.validate(cfg)
             return _report(cfg)
         except LRAError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)

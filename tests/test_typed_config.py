@@ -118,6 +118,18 @@ def test_lra_bench_checks_its_own_keys():
     )
 
 
+def test_lra_report_checks_its_keys():
+    assert command_line_problem("report", []) is None
+    assert command_line_problem("report", ["protocols=[transnormer,lra_official]"]) is None
+    assert command_line_problem("report", ["results_dir=results/cpu-tiny"]) is None
+    assert command_line_problem("report", ["figure_length=abc"]) == (
+        "figure_length: expected an integer, got 'abc'"
+    )
+    assert command_line_problem("report", ["+figure_lenght=3"]).startswith(
+        "figure_lenght: unknown key (did you mean figure_length?); allowed keys: curves,"
+    )
+
+
 def test_every_schema_is_a_structured_config_that_accepts_the_shipped_defaults():
     """The dataclasses are what OmegaConf / Hydra read as structured configs, and merging
     the default composition into them (OmegaConf's own check) agrees with find_problem."""
