@@ -284,21 +284,26 @@ def place_labels(ax, items, renderer, marks=()) -> list[str]:
         for (cx, cy), (_, _, r, _) in zip(centers, items, strict=True)
     ] + list(marks)
     left_out = []
+
+    def label(text, xy, offset, ha, va, style, leader=None):
+        return ax.annotate(
+            text,
+            xy,
+            xytext=offset,
+            textcoords="offset points",
+            ha=ha,
+            va=va,
+            fontsize=LABEL_FONT,
+            arrowprops=leader,
+            **style,
+        )
+
     for text, xy, radius, style in items:
         best = None
         for gap in GAPS:
             for dx, dy, ha, va in DIRECTIONS:
                 offset = ((radius + gap) * dx, (radius + gap) * dy)
-                note = ax.annotate(
-                    text,
-                    xy,
-                    xytext=offset,
-                    textcoords="offset points",
-                    ha=ha,
-                    va=va,
-                    fontsize=LABEL_FONT,
-                    **style,
-                )
+                note = label(text, xy, offset, ha, va, style)
                 box = note.get_window_extent(renderer)
                 note.remove()
                 padded = box.padded(2.0)
@@ -325,17 +330,7 @@ def place_labels(ax, items, renderer, marks=()) -> list[str]:
                 "shrinkA": 1,
                 "shrinkB": radius,
             }
-        ax.annotate(
-            text,
-            xy,
-            xytext=offset,
-            textcoords="offset points",
-            ha=ha,
-            va=va,
-            fontsize=LABEL_FONT,
-            arrowprops=leader,
-            **style,
-        )
+        label(text, xy, offset, ha, va, style, leader)
         taken.append(box)
     return left_out
 
