@@ -16,17 +16,20 @@ alone and an out-of-memory crash cannot take the sweep down.
 
 import concurrent.futures
 import multiprocessing
-import statistics
 import time
 from concurrent.futures.process import BrokenProcessPool
 
 import jax
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from lra import measure, parallel, results
+from lra.compile_cache import CacheCounter, configure_compile_cache
 from lra.errors import ConfigError
-from lra.setting import describe_setting
+from lra.machine_load import summarize_windows
+from lra.measure import WindowTimer
+from lra.setting import compose_config, describe_setting
 from lra.steps import abstract_batch, compile_steps, layers_description, train_step_flops
 
 
@@ -46,13 +49,13 @@ def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> di
     }
 
 
-def _timed_windows(run_steps, windows: int, steps_per_window: int) -> list[float]:
-    rates = []
+def _timed_windows(run_steps, windows: int, steps_per_window: int) -> WindowTimer:
+    """``windows`` timed windows of ``steps_per_window`` steps each, with their loads."""
+    timer = WindowTimer()
     for _ in range(windows):
-        start = time.perf_counter()
-        jax.block_until_ready(run_steps(steps_per_window))
-        rates.append(steps_per_window / (time.perf_counter() - start))
-    return rates
+        timer.start()
+        timer.stop(steps_per_window, run_steps(steps_per_window))
+    return timer
 
 
 def measure_length(
@@ -75,6 +78,7 @@ def measure_length(
     (when ``time_steps``) the median train and eval steps/sec with their windows.
     """
     cfg = OmegaConf.merge(cfg, {"task": {"max_length": int(length)}})
+    cache_dir = configure_compile_cache(cfg.get("compile_cache"))  # before the first compile
     grad_accum = int(cfg.trainer.get("grad_accum", 1))
     topology = parallel.make_topology(cfg.trainer.get("mesh"), batch_size, grad_accum)
     rows = slice(
@@ -93,9 +97,11 @@ def measure_length(
     }
     try:
         example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
+        cache = CacheCounter()
         compiled = compile_steps(cfg, example, topology=topology)
         out.update(
             compile_seconds=compiled.compile_seconds,
+            compile_cache={"dir": cache_dir, **cache.counts()},
             num_params=compiled.num_params,
             flops_per_step=train_step_flops(compiled.train_step, grad_accum),
             compiled_memory_bytes=measure.compiled_memory_bytes(compiled.train_step),
@@ -109,19 +115,21 @@ def measure_length(
                     state, metrics = compiled.train_step(state, batch, compiled.dropout_key)
                 return state
 
-            train(warmup_steps)
-            train_rates = _timed_windows(train, windows, steps_per_window)
+            # Dispatch is asynchronous: await the warm-up, or window 1 pays for it.
+            jax.block_until_ready(train(warmup_steps))
+            trained = _timed_windows(train, windows, steps_per_window)
 
             def infer(n):
                 return [compiled.eval_step(state.params, batch) for _ in range(n)]
 
-            infer(warmup_steps)
-            eval_rates = _timed_windows(infer, windows, steps_per_window)
-            out.update(
-                train_steps_per_sec=statistics.median(train_rates),
-                train_steps_per_sec_windows=train_rates,
-                eval_steps_per_sec=statistics.median(eval_rates),
-                eval_steps_per_sec_windows=eval_rates,
+            jax.block_until_ready(infer(warmup_steps))
+            inferred = _timed_windows(infer, windows, steps_per_window)
+            out.update(summarize_windows(trained.windows, trained.loads, "train"))
+            out.update(summarize_windows(inferred.windows, inferred.loads, "eval"))
+            out["achieved_flops_per_sec"] = (
+                out["flops_per_step"] * out["train_steps_per_sec"]
+                if out.get("flops_per_step") and out.get("train_steps_per_sec")
+                else None
             )
         memory, source = measure.peak_memory(compiled.train_step)
         out.update(peak_memory_bytes=memory, memory_source=source)
@@ -171,13 +179,59 @@ def _check_bench(cfg) -> list[int]:
     return [int(n) for n in lengths]
 
 
-def run_benchmark(cfg, *, on_record=None) -> list[dict]:
-    """Measure ``cfg.model`` at each of ``cfg.lengths``; write and return one record each.
+def model_configs(cfg, overrides: list[str] | None = None) -> list:
+    """One config per model of ``cfg.models`` (the command's other overrides kept), or
+    ``[cfg]`` when ``models`` is null. ``overrides`` defaults to the running Hydra app's."""
+    names = cfg.get("models")
+    if not names:
+        return [cfg]
+    if overrides is None:
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    kept = [o for o in overrides if o.split("=")[0].lstrip("+~") not in ("model", "models")]
+    return [compose_config("bench", [*kept, f"model={name}"]) for name in names]
 
-    An out-of-memory length is recorded with ``status: "oom"`` and the sweep goes
-    on; ``status: "failed"`` marks a measurement process that died.
+
+def _merge_rounds(outs: list[dict]) -> dict:
+    """One cell's measurements over several rounds: static figures from the first round,
+    every round's windows (with their loads) pooled for the speed figures."""
+    merged = dict(outs[0])
+    if merged["status"] != "ok" or len(outs) == 1:
+        return merged
+    for kind in ("train", "eval"):
+        rates, loads = [], []
+        for out in outs:
+            rates += out[f"{kind}_steps_per_sec_windows"]
+            loads += [
+                {"other_cores": c, "load_average": a}
+                for c, a in zip(
+                    out[f"{kind}_window_other_cores"],
+                    out[f"{kind}_window_load_average"],
+                    strict=True,
+                )
+            ]
+        merged.update(summarize_windows(rates, loads, kind))
+        merged[f"{kind}_steps_per_sec_rounds"] = [out[f"{kind}_steps_per_sec"] for out in outs]
+    merged["compile_seconds_rounds"] = [out.get("compile_seconds") for out in outs]
+    if merged.get("flops_per_step") and merged.get("train_steps_per_sec"):
+        merged["achieved_flops_per_sec"] = merged["flops_per_step"] * merged["train_steps_per_sec"]
+    return merged
+
+
+def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) -> list[dict]:
+    """Measure ``cfg.model`` (or every model of ``cfg.models``) at each of ``cfg.lengths``;
+    write and return one record per model and length.
+
+    With several models or ``rounds`` > 1 the cells are measured round-robin: in each
+    round, for each length, every model once, so a change of the machine's load falls
+    on all models alike instead of on whichever model ran at the time; a cell's record
+    pools its windows over the rounds and keeps each round's median. An out-of-memory
+    cell is recorded with ``status: "oom"`` (and not measured again in later rounds) and
+    the sweep goes on; ``status: "failed"`` marks a measurement process that died.
     """
     lengths = _check_bench(cfg)
+    rounds = int(cfg.get("rounds", 1))
+    if rounds < 1:
+        raise ConfigError(f"rounds must be at least 1, got {rounds}")
     results_dir = results.ensure_writable(cfg.results_dir)
     options = {
         "warmup_steps": int(cfg.bench.warmup_steps),
@@ -185,38 +239,51 @@ def run_benchmark(cfg, *, on_record=None) -> list[dict]:
         "steps_per_window": int(cfg.bench.steps_per_window),
     }
     code_version = results.code_version()
+    configs = model_configs(cfg, overrides)
+    order = "round-robin" if len(configs) > 1 or rounds > 1 else "single"
+    measured: dict[tuple[int, int], list[dict]] = {}
+    started: dict[tuple[int, int], tuple[str, float]] = {}
+    records = []
+    for round_index in range(rounds):
+        for length in lengths:
+            for index, model_cfg in enumerate(configs):
+                cell, outs = (index, length), measured.setdefault((index, length), [])
+                if outs and outs[0]["status"] != "ok":
+                    continue  # an OOM or a crash is not measured again (its record is written)
+                started.setdefault(cell, (results.utc_now(), time.perf_counter()))
+                config = OmegaConf.to_container(model_cfg, resolve=True)
+                config["task"]["max_length"] = length
+                config["results_dir"] = str(results_dir)
+                measure_one = _measure_isolated if cfg.bench.isolate else measure_cell
+                outs.append(measure_one(config, length, int(cfg.batch_size), options))
+                if round_index < rounds - 1 and outs[0]["status"] == "ok":
+                    continue  # written once its last round has run
+                record = _bench_record(model_cfg, config, _merge_rounds(outs), started[cell])
+                record.update(code_version=code_version, rounds=len(outs), sweep_order=order)
+                record["record_path"] = str(results.write_record(record, results_dir))
+                records.append(record)
+                if on_record is not None:
+                    on_record(record)
+    return records
+
+
+def _bench_record(cfg, config: dict, out: dict, started: tuple[str, float]) -> dict:
     setting = describe_setting(
         OmegaConf.to_container(cfg, resolve=True), config_name="bench", ignore=MEASUREMENT_KEYS
     )
-    records = []
-    for length in lengths:
-        started_at, start = results.utc_now(), time.perf_counter()
-        config = OmegaConf.to_container(cfg, resolve=True)
-        config["task"]["max_length"] = length
-        config["results_dir"] = str(results_dir)
-        if cfg.bench.isolate:
-            out = _measure_isolated(config, length, int(cfg.batch_size), options)
-        else:
-            out = measure_cell(config, length, int(cfg.batch_size), options)
-        record = {
-            "schema_version": results.SCHEMA_VERSION,
-            "kind": "bench",
-            "model": cfg.model.name,
-            "task": cfg.task.name,
-            "seed": int(cfg.seed),
-            **setting,
-            **layers_description(cfg),
-            **out,
-            "precision": cfg.trainer.precision,
-            "isolated": bool(cfg.bench.isolate),
-            "code_version": code_version,
-            "config_hash": results.config_hash(config),
-            "started_at": started_at,
-            "wall_seconds": time.perf_counter() - start,
-            "config": config,
-        }
-        record["record_path"] = str(results.write_record(record, results_dir))
-        records.append(record)
-        if on_record is not None:
-            on_record(record)
-    return records
+    return {
+        "schema_version": results.SCHEMA_VERSION,
+        "kind": "bench",
+        "model": cfg.model.name,
+        "task": cfg.task.name,
+        "seed": int(cfg.seed),
+        **setting,
+        **layers_description(cfg),
+        **out,
+        "precision": cfg.trainer.precision,
+        "isolated": bool(cfg.bench.isolate),
+        "config_hash": results.config_hash(config),
+        "started_at": started[0],
+        "wall_seconds": time.perf_counter() - started[1],
+        "config": config,
+    }

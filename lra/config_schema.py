@@ -242,6 +242,15 @@ class LoggerConfig:
 
 
 @dataclass
+class CompileCacheConfig:
+    """``compile_cache.*``: JAX's persistent compilation cache (lra/compile_cache.py)."""
+
+    enabled: bool = True
+    dir: str | None = None
+    min_compile_seconds: float | None = 1.0
+
+
+@dataclass
 class TrainConfig:
     """``lra-train`` and ``lra-data``: configs/config.yaml."""
 
@@ -256,6 +265,7 @@ class TrainConfig:
     num_workers: int | None = None
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     rebuild: bool = False
+    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
 
 
 @dataclass
@@ -280,7 +290,10 @@ class BenchConfig:
     results_dir: str = "results/bench"
     lengths: list[int] = field(default_factory=lambda: [1024, 2048, 3072, 4096, 5120])
     batch_size: int = 20
+    models: list[str] | None = None  # round-robin over these models (lra.bench)
+    rounds: int = 1
     bench: BenchSettings = field(default_factory=BenchSettings)
+    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
 
 
 @dataclass

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import jax
 
+from lra.machine_load import LoadProbe
+
 # On CPU, the YNN fusion pass folds temporaries into fused kernels that the
 # memory analysis then does not count; turning it off makes the compiled
 # memory figure reflect the buffers the step really needs.
@@ -125,15 +127,19 @@ class WindowTimer:
 
     Call :meth:`start` after awaiting the device, run steps, then :meth:`stop`
     with the number of steps and a result to await. Time between windows
-    (evaluation, logging) is not counted.
+    (evaluation, logging) is not counted. Each window also records how busy the
+    rest of the machine was (:class:`lra.machine_load.LoadProbe`).
     """
 
     steps: int = 0
     seconds: float = 0.0
     windows: list[float] = field(default_factory=list)
+    loads: list[dict] = field(default_factory=list)  # per window: lra.machine_load.LoadProbe
     _t0: float | None = None
+    _probe: LoadProbe = field(default_factory=LoadProbe)
 
     def start(self) -> None:
+        self._probe.start()
         self._t0 = time.perf_counter()
 
     def stop(self, num_steps: int, result=None) -> None:
@@ -147,6 +153,7 @@ class WindowTimer:
             self.steps += num_steps
             self.seconds += elapsed
             self.windows.append(num_steps / elapsed if elapsed > 0 else float("inf"))
+            self.loads.append(self._probe.stop())
 
     @property
     def steps_per_sec(self) -> float | None:

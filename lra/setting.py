@@ -91,15 +91,19 @@ def group_choices(config: dict) -> dict:
     }
 
 
+def compose_config(config_name: str, overrides: list[str]):
+    """Hydra's composed ``config_name`` with ``overrides``, inside a running app (its search
+    path, e.g. ``--config-dir``) or, outside one, from the harness's configs/."""
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name=config_name, overrides=overrides)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)
+
+
 def reference_config(choices: dict, config_name: str = "config") -> dict:
     """The resolved config Hydra composes from ``choices`` alone (no value overrides)."""
     overrides = [f"{group}={name}" for group, name in choices.items()]
-    if GlobalHydra.instance().is_initialized():
-        cfg = compose(config_name=config_name, overrides=overrides)
-    else:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=overrides)
-    return OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_container(compose_config(config_name, overrides), resolve=True)
 
 
 def describe_setting(

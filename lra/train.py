@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from lra import measure, parallel, results
+from lra.compile_cache import CacheCounter, configure_compile_cache
 from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.errors import ConfigError, DataError, LRAError
@@ -148,6 +149,7 @@ def train_and_evaluate(cfg) -> dict:
     trainer = cfg.trainer
     _check_trainer(trainer)
     effective_val_source(cfg.task)  # a bad task.val_source fails before any compile
+    cache_dir = configure_compile_cache(cfg.get("compile_cache"))  # before the first compile
     check_loggers(cfg.get("logger"))
     parallel.initialize_distributed(cfg.get("distributed"))
     batch_size = int(trainer.batch_size)
@@ -167,7 +169,9 @@ def train_and_evaluate(cfg) -> dict:
 
     # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
     example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
+    cache = CacheCounter()
     compiled = compile_steps(cfg, example, topology=topology)
+    compile_cache = {"dir": cache_dir, **cache.counts()}
     if trainer.get("preflight", True):
         _preflight(cfg, compiled, topology)
     splits = load_task(cfg.task, data_dir)
@@ -234,7 +238,7 @@ def train_and_evaluate(cfg) -> dict:
                     raise _out_of_memory(err, compiled) from err
                 raise
             record = _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, code)
-            record.update(setting)
+            record.update(setting, compile_cache=compile_cache)
             record.update(
                 val_accuracy=val_accuracy,
                 selected_step=selected_step,

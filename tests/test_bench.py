@@ -70,6 +70,14 @@ def test_bench_writes_one_complete_record_per_length(tmp_path):
         assert record["model"] == "performer" and record["task"] == "listops_tiny"
         assert record["train_steps_per_sec"] > 0 and record["eval_steps_per_sec"] > 0
         assert len(record["train_steps_per_sec_windows"]) == 2
+        # Every window keeps how busy the rest of the machine was; the speed says its spread.
+        assert len(record["train_window_other_cores"]) == 2
+        assert len(record["eval_window_load_average"]) == 2
+        assert record["train_steps_per_sec_spread"] >= 0
+        assert record["achieved_flops_per_sec"] == pytest.approx(
+            record["flops_per_step"] * record["train_steps_per_sec"]
+        )
+        assert set(record["compile_cache"]) == {"dir", "hits", "misses"}
         assert record["peak_memory_bytes"] > 0 and record["memory_source"]
         assert record["flops_per_step"] > 0 and record["num_params"] > 0
         assert (
@@ -155,3 +163,74 @@ def test_figure1_experiment_composes_for_every_model_and_task(experiment):
             assert pair.model.name == model and pair.task.name == task
             assert pair.trainer.batch_size > 0 and pair.task.max_length > 0
             json.dumps(dict(pair.task.arch))  # a plain, resolvable architecture
+
+
+def test_a_second_run_loads_its_compiled_steps_from_the_cache(tmp_path):
+    """compile_cache: the rerun of the same shapes hits JAX's persistent cache."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    args = [
+        *TINY_BENCH,
+        "model=transformer",
+        "lengths=[32]",
+        "bench.isolate=false",
+        f"compile_cache.dir={cache}",
+        "compile_cache.min_compile_seconds=0",
+    ]
+    script = Path(sys.executable).parent / "lra-bench"
+    for run in ("first", "second"):
+        done = subprocess.run(
+            [str(script), *args, f"results_dir={tmp_path / run}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+    first, second = (read_records(tmp_path / run)[0] for run in ("first", "second"))
+    assert first["compile_cache"]["dir"] == str(cache) and any(cache.iterdir())
+    assert first["compile_cache"]["misses"] >= 2 and first["compile_cache"]["hits"] == 0
+    assert second["compile_cache"]["hits"] >= 2 and second["compile_cache"]["misses"] == 0
+    off = bench_config(*args[:-2], "compile_cache.enabled=false")
+    assert off.compile_cache.enabled is False
+
+
+def test_a_sweep_of_models_runs_round_robin_and_pools_its_rounds(tmp_path, monkeypatch):
+    """models + rounds: each round measures every length and model once, in that order;
+    each record pools its windows over the rounds and keeps every round's median."""
+    calls = []
+
+    def fake_cell(config, length, batch_size, options):
+        calls.append((config["model"]["name"], length))
+        rate = float(len(calls))
+        return {
+            "length": length,
+            "batch_size": batch_size,
+            "status": "ok",
+            **bench.summarize_windows([rate, rate + 1], [{}, {}], "train"),
+            **bench.summarize_windows([rate], [{}], "eval"),
+            "flops_per_step": 10.0,
+        }
+
+    monkeypatch.setattr(bench, "measure_cell", fake_cell)
+    overrides = [*TINY_BENCH, "lengths=[16,32]", "bench.isolate=false", f"results_dir={tmp_path}"]
+    cfg = bench_config(*overrides, "models=[transformer,performer]", "rounds=2")
+    records = bench.run_benchmark(cfg, overrides=overrides)
+    assert (
+        calls
+        == [("transformer", 16), ("performer", 16), ("transformer", 32), ("performer", 32)] * 2
+    )
+    assert sorted((r["model"], r["length"]) for r in records) == [
+        ("performer", 16),
+        ("performer", 32),
+        ("transformer", 16),
+        ("transformer", 32),
+    ]
+    first = next(r for r in records if (r["model"], r["length"]) == ("transformer", 16))
+    assert first["rounds"] == 2 and first["sweep_order"] == "round-robin"
+    assert first["train_steps_per_sec_windows"] == [1.0, 2.0, 5.0, 6.0]
+    assert first["train_steps_per_sec_rounds"] == [1.5, 5.5]
+    assert first["train_steps_per_sec"] == 3.5
+    assert first["config"]["model"]["name"] == "transformer"
+    assert len(read_records(tmp_path)) == 4

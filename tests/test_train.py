@@ -50,6 +50,7 @@ def test_a_few_steps_write_a_complete_finite_record(listops_tiny_dir, tmp_path):
     assert record["layer_mechanisms"] == ["softmax"] and record["schedule_warning"] is None
     assert record["val_source"] == "official"
     assert record["split_sizes"] == {"train": 256, "val": 64, "test": 64}
+    assert set(record["compile_cache"]) == {"dir", "hits", "misses"}
 
 
 def test_records_name_each_layers_mechanism_and_a_degenerate_schedule():

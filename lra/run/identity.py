@@ -5,8 +5,8 @@ digits of the SHA-256 of the resolved config *less* everything that cannot chang
 the numbers a run produces: paths (``data_dir``, ``results_dir``), worker counts,
 the progress bar and log cadence, checkpoint cadence, the resume and skip-done
 switches, how the run is spread over devices and processes (mesh, distributed,
-remat, the pre-flight memory check: the same computation up to float rounding),
-and the seed (already in the key). ``trainer.grad_accum`` stays in: with dropout,
+remat, the pre-flight memory check: the same computation up to float rounding), the
+compilation cache, and the seed (already in the key). ``trainer.grad_accum`` stays in: with dropout,
 micro-batches draw other masks. Two commands that differ only in
 those keys share one run folder; any other difference gives another folder, so a
 checkpoint can never be resumed under a config it was not made with.
@@ -31,6 +31,7 @@ NON_RESULT_KEYS = (
     "logger",
     "hydra",
     "distributed",
+    "compile_cache",
 )
 # trainer.* keys that never change a result (progress display, logging and durability).
 NON_RESULT_TRAINER_KEYS = (
