@@ -7,8 +7,9 @@ top-level ``compile_cache`` of ``lra-train`` and ``lra-bench``:
 * ``enabled`` (default true): ``false`` turns the cache off for this process;
 * ``dir`` (default null): the folder; null = ``$JAX_COMPILATION_CACHE_DIR`` if
   set, else ``$XDG_CACHE_HOME/lra/jax-compile`` (``~/.cache/lra/jax-compile``);
-* ``min_compile_seconds`` (default 1.0): compiles faster than this are not
-  written (JAX's own default; 0 caches everything).
+* ``min_compile_seconds`` (default null): compiles faster than this are not
+  written; null keeps JAX's setting (1 s, or
+  ``$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``); 0 caches everything.
 
 :func:`CacheCounter` counts JAX's cache hits and misses (``jax.monitoring``
 events) so records can say whether their steps came from the cache.

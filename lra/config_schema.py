@@ -247,7 +247,7 @@ class CompileCacheConfig:
 
     enabled: bool = True
     dir: str | None = None
-    min_compile_seconds: float | None = 1.0
+    min_compile_seconds: float | None = None
 
 
 @dataclass
