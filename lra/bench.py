@@ -30,7 +30,13 @@ from lra.errors import ConfigError
 from lra.machine_load import summarize_windows
 from lra.measure import WindowTimer
 from lra.setting import compose_config, describe_setting
-from lra.steps import abstract_batch, compile_steps, layers_description, train_step_flops
+from lra.steps import (
+    abstract_batch,
+    compile_steps,
+    layers_description,
+    softmax_implementations,
+    train_step_flops,
+)
 
 
 def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> dict:
@@ -93,6 +99,7 @@ def measure_length(
         **topology.describe(),
         "grad_accum": grad_accum,
         "remat": bool(cfg.trainer.get("remat", False)),
+        "softmax_implementation": softmax_implementations(cfg),
         "status": "ok",
     }
     try:

@@ -70,6 +70,30 @@ def layers_description(cfg) -> dict:
     return models.describe_layers(kwargs["attention"], int(kwargs["num_layers"]))
 
 
+def softmax_implementations(cfg) -> dict | None:
+    """How the softmax layers run on this backend, ``{"train": ..., "eval": ...}``
+    (``cudnn``, ``fused`` or ``plain``; see models.attention.softmax), or None when the
+    model has no softmax layer."""
+    from models.attention.softmax import choose_implementation
+
+    kwargs = model_kwargs(cfg)
+    if "softmax" not in models.resolve_schedule(kwargs["attention"], int(kwargs["num_layers"])):
+        return None
+    options = (kwargs["attention_options"] or {}).get("softmax") or {}
+    qkv_dim = kwargs.get("qkv_dim") or kwargs["dim"]
+
+    def chosen(dropout_active: bool) -> str:
+        return choose_implementation(
+            options.get("implementation", "auto"),
+            platform=jax.default_backend(),
+            dtype=PRECISIONS[cfg.trainer.precision],
+            head_dim=int(qkv_dim) // int(kwargs["num_heads"]),
+            dropout_active=dropout_active,
+        )
+
+    return {"train": chosen(float(kwargs.get("attention_dropout", 0)) > 0), "eval": chosen(False)}
+
+
 def build_model(cfg, rngs: nnx.Rngs) -> nnx.Module:
     """The classifier for ``cfg.model`` on ``cfg.task``; config mistakes become ConfigError."""
     try:

@@ -46,6 +46,17 @@ def test_bench_records_keep_the_protocol_when_only_the_measurement_changes():
     assert container["model"]["attention_options"]["flash"]["rope"] is True
 
 
+def test_bench_records_say_how_softmax_ran():
+    from lra.steps import softmax_implementations
+
+    cfg = bench_config("model=transformer")
+    assert softmax_implementations(cfg) == {"train": "plain", "eval": "plain"}  # on CPU
+    fused = bench_config(
+        "model=transformer", "+model.attention_options.softmax.implementation=fused"
+    )
+    assert softmax_implementations(fused) == {"train": "fused", "eval": "fused"}
+
+
 def test_default_bench_config_is_the_figure1_setting():
     cfg = bench_config()
     assert cfg.task.name == "text" and cfg.batch_size == 20
@@ -78,6 +89,7 @@ def test_bench_writes_one_complete_record_per_length(tmp_path):
             record["flops_per_step"] * record["train_steps_per_sec"]
         )
         assert set(record["compile_cache"]) == {"dir", "hits", "misses"}
+        assert record["softmax_implementation"] is None  # performer has no softmax layer
         assert record["peak_memory_bytes"] > 0 and record["memory_source"]
         assert record["flops_per_step"] > 0 and record["num_params"] > 0
         assert (

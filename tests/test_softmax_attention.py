@@ -213,3 +213,38 @@ def test_fused_implementation_refuses_attention_dropout():
             dropout_rate=0.1,
             implementation="fused",
         )
+
+
+def test_auto_implementation_picks_cudnn_only_where_it_applies():
+    from models.attention.softmax import choose_implementation
+
+    def pick(**over):
+        kw = dict(platform="gpu", dtype=jnp.bfloat16, head_dim=64, dropout_active=False)
+        kw.update(over)
+        return choose_implementation("auto", **kw)
+
+    assert pick() == "cudnn" and pick(dtype=jnp.float16, head_dim=128) == "cudnn"
+    assert pick(platform="cpu") == "plain" and pick(platform="tpu") == "plain"
+    assert pick(dropout_active=True) == "plain"  # training with attention dropout
+    assert pick(dtype=jnp.float32) == "plain" and pick(head_dim=60) == "plain"
+    assert pick(head_dim=256) == "plain"
+    assert (
+        choose_implementation(
+            "plain", platform="gpu", dtype=jnp.bfloat16, head_dim=64, dropout_active=False
+        )
+        == "plain"
+    )
+
+
+def test_auto_is_the_plain_reference_on_this_backend():
+    x, mask = _inputs()
+    auto = _attn()
+    plain = models.make_attention(
+        "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="plain"
+    )
+    assert auto.implementation == "auto"
+    np.testing.assert_array_equal(np.asarray(auto(x, mask=mask)), np.asarray(plain(x, mask=mask)))
+    with pytest.raises(ValueError, match="implementation must be one of auto, plain, fused"):
+        models.make_attention(
+            "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="x"
+        )

@@ -10,10 +10,16 @@ Shapes (B batch, L length, D model dim, H heads, E = qkv_dim, d_h = E / H):
     weights:  float[B, H, L, L]     softmax over the key axis, then dropout
     out:      float[B, L, D]        from Dense E -> D
 
-``implementation="plain"`` (default) is the formula above written out and is the reference;
-``implementation="fused"`` calls ``jax.nn.dot_product_attention`` (cuDNN flash attention on
-GPUs that support it, XLA elsewhere). The fused call has no attention-weight dropout, so it
-requires ``dropout_rate=0`` (set ``task.arch.attention_dropout=0``).
+``implementation`` picks how it is computed (:func:`choose_implementation`):
+
+* ``"auto"`` (default): cuDNN's fused flash attention (``jax.nn.dot_product_attention``
+  with ``implementation="cudnn"`` and the key lengths) on a GPU when the call has no active
+  attention dropout, the dtype is bfloat16 or float16 and the head size is a multiple of 8
+  up to 128; the plain path everywhere else (CPU, TPU, training with attention dropout,
+  float32). If cuDNN refuses the shapes when the step is traced, the plain path is used.
+* ``"plain"``: the formula above written out; the reference.
+* ``"fused"``: ``jax.nn.dot_product_attention`` with JAX's own choice (cuDNN or XLA); it
+  has no attention-weight dropout, so it requires ``dropout_rate=0``.
 
 Masked keys get the most negative finite value of the activation dtype instead of
 ``-inf``, so a row whose keys are all padding gives uniform weights, not NaN. Everything is
@@ -29,7 +35,27 @@ from flax import nnx
 from models.attention.common import MultiHeadAttention
 from models.registry import register
 
-__all__ = ["SoftmaxAttention"]
+__all__ = ["IMPLEMENTATIONS", "SoftmaxAttention", "choose_implementation"]
+
+IMPLEMENTATIONS = ("auto", "plain", "fused")
+_CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+def choose_implementation(
+    requested: str, *, platform: str, dtype, head_dim: int, dropout_active: bool
+) -> str:
+    """What ``implementation=requested`` runs as: ``"cudnn"``, ``"fused"`` or ``"plain"``."""
+    if requested != "auto":
+        return requested
+    if (
+        platform == "gpu"
+        and not dropout_active
+        and jnp.dtype(dtype) in [jnp.dtype(d) for d in _CUDNN_DTYPES]
+        and head_dim % 8 == 0
+        and head_dim <= 128
+    ):
+        return "cudnn"
+    return "plain"
 
 
 @register("softmax")
@@ -49,12 +75,12 @@ class SoftmaxAttention(MultiHeadAttention):
         rngs: nnx.Rngs,
         qkv_dim: int | None = None,
         dropout_rate: float = 0.0,
-        implementation: str = "plain",
+        implementation: str = "auto",
     ):
         self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
-        if implementation not in ("plain", "fused"):
+        if implementation not in IMPLEMENTATIONS:
             raise ValueError(
-                f"softmax attention: implementation must be 'plain' or 'fused', "
+                f"softmax attention: implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
                 f"got {implementation!r}"
             )
         if implementation == "fused" and dropout_rate:
@@ -75,7 +101,25 @@ class SoftmaxAttention(MultiHeadAttention):
     ) -> jax.Array:
         self._check_call(x, mask, deterministic, rngs)
         q, k, v = self._qkv(x)
-        if self.implementation == "fused":
+        chosen = choose_implementation(
+            self.implementation,
+            platform=jax.default_backend(),
+            dtype=q.dtype,
+            head_dim=self.head_dim,
+            dropout_active=bool(self.dropout.rate) and not deterministic,
+        )
+        if chosen == "cudnn":
+            # Masks are length prefixes; an all-padding row keeps one key (its output is
+            # never used) so cuDNN never normalises over nothing.
+            lengths = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=-1), 1)
+            try:
+                y = jax.nn.dot_product_attention(
+                    q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
+                )
+                return self.out(self._merge(y))
+            except (NotImplementedError, ValueError, RuntimeError, TypeError):
+                pass  # shapes or GPU cuDNN cannot take: the plain path below
+        if chosen == "fused":
             y = jax.nn.dot_product_attention(q, k, v, mask=mask.astype(bool)[:, None, None, :])
             return self.out(self._merge(y))
         q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
