@@ -8,6 +8,7 @@ applies the purge a resumed writer asks for. Nothing touches the network.
 import json
 import struct
 import sys
+import time
 import types
 import zlib
 from pathlib import Path
@@ -124,8 +125,16 @@ def read_offline_run(folder: Path) -> dict:
     return {"id": run_id, "steps": steps, "history": history, "summary": user_summary}
 
 
-def offline_runs(run_dir: Path) -> list[dict]:
-    return [read_offline_run(f) for f in sorted((run_dir / "wandb").glob("offline-run-*"))]
+def offline_runs(run_dir: Path, wait_seconds: float = 20.0) -> list[dict]:
+    """Every offline run of ``run_dir``. wandb's writer process may still be flushing a run's
+    file after ``finish()`` returns on a loaded machine: read again until each file has its
+    run record (or ``wait_seconds`` pass, and the assertions then fail on what is there)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        runs = [read_offline_run(f) for f in sorted((run_dir / "wandb").glob("offline-run-*"))]
+        if all(run["id"] is not None for run in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.5)
 
 
 def test_wandb_run_id_is_stable_and_valid():
