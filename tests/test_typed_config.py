@@ -149,8 +149,8 @@ def unknown(key: str, allowed: str, hint: str = "") -> str:
 
 
 TOP_KEYS = (
-    "data_dir, distributed, logger, model, num_workers, protocol, rebuild, results_dir, seed, "
-    "task, trainer"
+    "compile_cache, data_dir, distributed, logger, model, num_workers, protocol, rebuild, "
+    "results_dir, seed, task, trainer"
 )
 ARCH_KEYS = (
     "attention_dropout, dim, dropout, mlp_dim, num_heads, num_layers, pooling, positions, qkv_dim"

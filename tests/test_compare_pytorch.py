@@ -1,0 +1,168 @@
+"""scripts/compare_pytorch.py: the PyTorch twin of the harness's classifier.
+
+The default CI has no PyTorch: there the script must import and stop with a one-line error
+naming the ``compare`` extra. With PyTorch importable (``pip install -e '.[compare]'``), the
+twin's logits must equal the harness's for every model it mirrors, and a perturbed twin
+weight must fail the check (exit 1) before anything is timed.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "compare_pytorch.py"
+# 2 layers (TransNormer's split then has one Diag and one Norm layer), length 64, batch 2.
+TINY = [
+    "task.arch.num_layers=2",
+    "task.arch.dim=32",
+    "task.arch.qkv_dim=32",
+    "task.arch.num_heads=2",
+    "task.arch.mlp_dim=64",
+]
+LENGTH, BATCH = 64, 2
+
+
+def load_script(name="compare_pytorch_under_test"):
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_torch_the_script_imports_and_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    cp = load_script("compare_pytorch_without_torch")
+    assert cp.TORCH_IMPORT_ERROR is not None
+    assert cp.main(["--check-only", "--models", "transformer", "--lengths", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "pip install -e '.[compare]'" in err[0] and "PyTorch" in err[0]
+
+
+def test_without_torch_the_command_exits_with_one_line():
+    blocked = (
+        "import runpy, sys; sys.modules['torch'] = None; "
+        f"sys.argv = [{str(SCRIPT)!r}, '--check-only']; "
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "[compare]" in lines[0], lines
+    assert proc.stdout == ""
+
+
+# --- with PyTorch ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cp():
+    pytest.importorskip("torch")
+    return load_script()
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "transformer",
+        "transnormer_t1",
+        "transnormer_t2",
+        "performer",
+        "cosformer",
+        "flash",
+        "flash_quad",
+    ],
+)
+def test_twin_logits_equal_the_harness(cp, model):
+    import torch
+
+    from lra.bench import synthetic_batch
+
+    cpu = torch.device("cpu")
+    result = cp.check_model(model, LENGTH, BATCH, TINY, 1e-4, cpu)
+    assert result["ok"], result
+    assert result["max_abs_logit"] > 0.01  # not a trivially zero output
+
+    # Padded rows too (synthetic batches are full length); flash with chunks shorter than L.
+    extra = ["model.attention_options.flash.chunk_size=16"] if model == "flash" else []
+    cfg = cp.compose_config(model, LENGTH, 3, [*TINY, *extra])
+    harness = cp.build_harness(cfg)
+    twin = cp.build_twin(cfg, harness)
+    batch = synthetic_batch(cfg.task, 3, LENGTH, seed=1)
+    batch["lengths"] = (np.array([LENGTH, 23, 1], np.int32),)
+    expected = cp.harness_logits(harness, batch)
+    np.testing.assert_allclose(cp.twin_logits(twin, batch, cpu), expected, rtol=0, atol=1e-4)
+
+
+def test_weight_without_a_place_is_an_error(cp):
+    cfg = cp.compose_config("transformer", LENGTH, BATCH, TINY)
+    harness = cp.build_harness(cfg)
+    weights = cp.harness_weights(harness)
+    twin = cp.build_twin(cfg, harness)
+    with pytest.raises(cp.SetupError, match="no weight"):
+        cp.load_harness_weights(twin, {**weights, ("encoder", "final_norm", "gain"): np.ones(32)})
+    with pytest.raises(cp.SetupError, match="no harness value"):
+        cp.load_harness_weights(twin, {k: v for k, v in weights.items() if k[0] != "logits"})
+    kernel = ("hidden", "kernel")
+    with pytest.raises(cp.SetupError, match="does not fit"):
+        cp.load_harness_weights(twin, {**weights, kernel: weights[kernel][:-1]})
+
+
+def test_perturbed_twin_weight_fails_the_check_and_times_nothing(cp, monkeypatch, capsys):
+    import torch
+
+    built = cp.build_twin
+
+    def perturbed(cfg, harness):
+        twin = built(cfg, harness)
+        with torch.no_grad():
+            twin.encoder.blocks[0].mlp.fc1.weight[0, 0] += 0.5
+        return twin
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed after a failed check")
+
+    monkeypatch.setattr(cp, "build_twin", perturbed)
+    monkeypatch.setattr(cp, "time_cells", no_timing)
+    argv = ["--models", "transformer", "--lengths", str(LENGTH), "--rounds", "1", *TINY]
+    assert cp.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "DIFFERS" in out and "| model |" not in out and "round" not in out  # nothing timed
+    assert "transformer" in err and "nothing timed" in err
+
+
+def test_smoke_timing_writes_table_and_json(cp, tmp_path, capsys):
+    out_path = tmp_path / "compare.json"
+    argv = [
+        "--models", "cosformer", "--lengths", "32", "--batch-size", "2", "--rounds", "2",
+        "--steps", "1", "--warmup", "1", "--attention-dropout", "0.1",
+        "--out", str(out_path), *TINY,
+    ]  # fmt: skip
+    assert cp.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| model | length | attention dropout | harness steps/s | PyTorch steps/s" in out
+    saved = json.loads(out_path.read_text())
+    assert [c["ok"] for c in saved["check"]] == [True]
+    cells = saved["cells"]
+    assert [(c["model"], c["length"], c["attention_dropout"]) for c in cells] == [
+        ("cosformer", 32, 0.1)
+    ]
+    for cell in cells:
+        assert len(cell["harness_steps_per_sec"]) == len(cell["torch_steps_per_sec"]) == 2
+        assert all(r > 0 for r in cell["harness_steps_per_sec"] + cell["torch_steps_per_sec"])
+        assert cell["flops_per_step"] > 0
+    assert saved["table"] in out
+
+
+def test_unsupported_model_is_refused_in_one_line(cp, capsys):
+    assert cp.main(["--check-only", "--models", "linformer", "--lengths", "64", *TINY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "linformer" in err[0] and "does not implement" in err[0], err
