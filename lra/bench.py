@@ -247,6 +247,12 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     }
     code_version = results.code_version()
     configs = model_configs(cfg, overrides)
+    settings = [  # one reference compose per model, not one per record
+        describe_setting(
+            OmegaConf.to_container(c, resolve=True), config_name="bench", ignore=MEASUREMENT_KEYS
+        )
+        for c in configs
+    ]
     order = "round-robin" if len(configs) > 1 or rounds > 1 else "single"
     measured: dict[tuple[int, int], list[dict]] = {}
     started: dict[tuple[int, int], tuple[str, float]] = {}
@@ -265,7 +271,9 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
                 outs.append(measure_one(config, length, int(cfg.batch_size), options))
                 if round_index < rounds - 1 and outs[0]["status"] == "ok":
                     continue  # written once its last round has run
-                record = _bench_record(model_cfg, config, _merge_rounds(outs), started[cell])
+                record = _bench_record(
+                    model_cfg, settings[index], config, _merge_rounds(outs), started[cell]
+                )
                 record.update(code_version=code_version, rounds=len(outs), sweep_order=order)
                 record["record_path"] = str(results.write_record(record, results_dir))
                 records.append(record)
@@ -274,10 +282,7 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     return records
 
 
-def _bench_record(cfg, config: dict, out: dict, started: tuple[str, float]) -> dict:
-    setting = describe_setting(
-        OmegaConf.to_container(cfg, resolve=True), config_name="bench", ignore=MEASUREMENT_KEYS
-    )
+def _bench_record(cfg, setting: dict, config: dict, out: dict, started: tuple[str, float]) -> dict:
     return {
         "schema_version": results.SCHEMA_VERSION,
         "kind": "bench",
