@@ -113,6 +113,7 @@ class TrainerConfig:
     eps: float = MISSING
     grad_clip: float = MISSING
     precision: str = MISSING  # fp32 | bf16
+    dropout_rng: str = "hash"  # hash | rbg | threefry (checked by lra.dropout_rng)
     eval_every: int = MISSING
     eval_batches: int | None = None
     log_every: int = MISSING

@@ -6,9 +6,9 @@ model's structure (an NNX graph definition) stays outside it, so
 is jitted once with the state donated. Dropout keys are
 ``fold_in(key, step)``, so a run is a function of its seed.
 
-Dropout keys use JAX's "rbg" generator: it compiles far faster than the default
-threefry on CPU (seconds per train step), and a run stays a function of its seed
-on a given backend. Parameter initialisation uses the default generator.
+Dropout keys use ``trainer.dropout_rng`` (:mod:`lra.dropout_rng`; default "hash", a
+counter-based hash far cheaper than JAX's generators on CPU), and a run stays a function
+of its seed. Parameter initialisation uses JAX's default generator.
 
 Batches are the dicts of :mod:`lra.data.pipeline`: ``tokens`` and ``lengths``
 are tuples (two entries for the dual-encoder Retrieval task), ``labels`` is
@@ -25,7 +25,7 @@ from flax import nnx
 from omegaconf import OmegaConf
 
 import models
-from lra import measure
+from lra import dropout_rng, measure
 from lra.errors import ConfigError
 from lra.optim import make_optimizer
 
@@ -275,7 +275,7 @@ def compile_steps(
         raise ConfigError(f"trainer.grad_accum must be at least 1, got {grad_accum}")
     train_step, eval_step = make_steps(graphdef, rest, tx, cfg.trainer.precision, grad_accum)
     state = TrainState(params, tx.init(params), jnp.zeros((), jnp.int32))
-    dropout_key = jax.random.key(int(cfg.seed), impl="rbg")
+    dropout_key = dropout_rng.dropout_key(cfg.seed, cfg.trainer.get("dropout_rng", "hash"))
     jit_options = {}
     if topology is not None:
         state, dropout_key = topology.replicate((state, dropout_key))
