@@ -267,6 +267,29 @@ def test_flash_matches_chunked_definition(lengths):
     assert not np.allclose(expected[mask], quadratic_only[mask], atol=1e-4)  # both parts count
 
 
+@pytest.mark.parametrize("n", [19, 16, 5])  # blocks + a tail; whole blocks; under one block
+def test_blockwise_runs_the_tail_unpadded_with_the_padded_result(n):
+    from models.attention.common import blockwise, from_blocks, to_blocks
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2, n, 3)), jnp.float32)
+    mask = jnp.arange(n)[None, :] < jnp.asarray([[n], [min(n, 11)]])
+    seen = []
+
+    def block_mean(y, m):  # mean of the real entries of each block, [B, G, c, 3]
+        seen.append(y.shape[2])
+        w = m[..., None].astype(y.dtype)
+        mean = (y * w).sum(2, keepdims=True) / jnp.maximum(w.sum(2, keepdims=True), 1)
+        return jnp.broadcast_to(mean, y.shape)
+
+    padded = from_blocks(block_mean(to_blocks(x, 8), to_blocks(mask, 8)), n)
+    seen.clear()
+    out = blockwise(block_mean, (x, mask), 8)
+    assert out.shape == x.shape
+    np.testing.assert_allclose(out, padded, rtol=1e-6)
+    assert seen == {19: [8, 3], 16: [8], 5: [5]}[n]  # block lengths fn saw: never padded
+
+
 def test_long_short_matches_dense_window_formula():
     attn = small("long_short")
     x, mask = inputs(REF_LENGTHS, N)

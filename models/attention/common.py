@@ -124,6 +124,26 @@ def from_blocks(y: jax.Array, length: int) -> jax.Array:
     return y.reshape(y.shape[0], -1, *y.shape[3:])[:, :length]
 
 
+def blockwise(fn, arrays: tuple[jax.Array, ...], size: int) -> jax.Array:
+    """``fn`` applied block by block, without padding to a whole number of blocks.
+
+    ``arrays`` are [B, L, ...] (the same L); ``fn`` takes their blocks [B, G, c, ...] and
+    returns [B, G, c, ...] for any block length c. The first L - L % size positions run as
+    blocks of ``size``; the ragged tail (L % size positions) runs as one block of its own
+    length instead of being padded to ``size``: the same result when ``fn`` masks padded
+    keys (they contribute nothing), for less work (at L = 1025 and size 256, 1025 rather
+    than 1280 positions). Returns [B, L, ...].
+    """
+    n = arrays[0].shape[1]
+    full = n - n % size
+    parts = []
+    if full:
+        parts.append(from_blocks(fn(*(to_blocks(a[:, :full], size) for a in arrays)), full))
+    if full < n:
+        parts.append(from_blocks(fn(*(a[:, None, full:] for a in arrays)), n - full))
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=1)
+
+
 def with_neighbours(y: jax.Array) -> jax.Array:
     """[B, G, c, ...] -> [B, G, 3c, ...]: each block preceded by the block before it and
     followed by the block after it (zeros / False beyond the ends)."""

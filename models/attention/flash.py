@@ -72,7 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from models.attention.common import check_call, check_dropout, from_blocks, to_blocks
+from models.attention.common import blockwise, check_call, check_dropout
 from models.registry import register
 
 __all__ = ["FlashAttention", "FlashQuadAttention", "RelativePositionBias", "rope_rotate"]
@@ -166,8 +166,9 @@ class _GatedAttentionUnit(nnx.Module):
         u, v = jnp.split(nnx.silu(self.hidden(x)), 2, axis=-1)
         z = nnx.silu(self.shared(x))
         dtype = z.dtype
-        parts = z[..., None, :] * self.gamma[...].astype(dtype) + self.beta[...].astype(dtype)
-        parts = [parts[..., i, :] for i in range(parts.shape[-2])]
+        gamma, beta = self.gamma[...].astype(dtype), self.beta[...].astype(dtype)
+        # One [B, L, s] product per offset/scale (not a [B, L, n, s] tensor sliced n ways).
+        parts = [z * gamma[i] + beta[i] for i in range(gamma.shape[0])]
         if self.rope:
             parts = [rope_rotate(part) for part in parts]
         return u, v, parts
@@ -263,7 +264,7 @@ class FlashAttention(_GatedAttentionUnit):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        _, n = self._check_call(x, mask, deterministic, rngs)
+        self._check_call(x, mask, deterministic, rngs)
         mask = mask.astype(bool)
         u, v, (quad_q, quad_k, lin_q, lin_k) = self._project(x)
         dtype = quad_q.dtype
@@ -274,13 +275,17 @@ class FlashAttention(_GatedAttentionUnit):
         lin_kv = lin_kv / self._real_count(mask, dtype)[:, None, None]
         linear = jnp.einsum("bns,bse->bne", lin_q, lin_kv)
 
-        # Local quadratic part. A sequence shorter than one chunk is one chunk of its own
-        # length: the same result as padding it (padded keys are masked), for less work.
-        g = min(self.chunk_size, n)
-        qq, qk, vc, mc = (to_blocks(y, g) for y in (quad_q, quad_k, v, mask))
+        # Local quadratic part. The last, partial chunk (and a sequence shorter than one
+        # chunk) runs as a chunk of its own length: the same result as padding it (padded
+        # keys are masked), for less work.
         scale = jnp.asarray(1.0 / self.chunk_size, dtype)
-        logits = jnp.einsum("bcis,bcjs->bcij", qq, qk) * scale + self.rel_bias(g, dtype)
-        weights = jnp.square(nnx.relu(logits)) * mc[:, :, None, :].astype(dtype)
-        weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
-        quadratic = from_blocks(jnp.einsum("bcij,bcje->bcie", weights, vc), n)
+
+        def chunk_attention(qq, qk, vc, mc):  # [B, C, g, ...] for any g
+            g = qq.shape[2]
+            logits = jnp.einsum("bcis,bcjs->bcij", qq, qk) * scale + self.rel_bias(g, dtype)
+            weights = jnp.square(nnx.relu(logits)) * mc[:, :, None, :].astype(dtype)
+            weights = self.dropout(weights, deterministic=deterministic, rngs=rngs)
+            return jnp.einsum("bcij,bcje->bcie", weights, vc)
+
+        quadratic = blockwise(chunk_attention, (quad_q, quad_k, v, mask), self.chunk_size)
         return self.out(u * (quadratic + linear))
