@@ -29,7 +29,7 @@ from lra.compile_cache import CacheCounter, configure_compile_cache
 from lra.errors import ConfigError
 from lra.machine_load import summarize_windows
 from lra.measure import WindowTimer
-from lra.setting import compose_config, describe_setting
+from lra.setting import compose_config, describe_setting, group_choices
 from lra.steps import (
     abstract_batch,
     compile_steps,
@@ -174,7 +174,7 @@ def _measure_isolated(cfg_container: dict, length: int, batch_size: int, options
 
 
 # Keys that say how a model is measured, not which model: not overrides of its setting.
-MEASUREMENT_KEYS = ("lengths", "batch_size", "bench.")
+MEASUREMENT_KEYS = ("lengths", "batch_size", "bench.", "models", "rounds")
 
 
 def _check_bench(cfg) -> list[int]:
@@ -224,6 +224,15 @@ def _merge_rounds(outs: list[dict]) -> dict:
     return merged
 
 
+def _describe(config: dict, model: str | None) -> dict:
+    """The setting of one model's benchmark config; with ``models``, its reference is
+    composed from ``model=<that model>`` (the app's own choice is the default model)."""
+    choices = group_choices(config)
+    if model is not None:
+        choices = {**choices, "model": model}
+    return describe_setting(config, config_name="bench", choices=choices, ignore=MEASUREMENT_KEYS)
+
+
 def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) -> list[dict]:
     """Measure ``cfg.model`` (or every model of ``cfg.models``) at each of ``cfg.lengths``;
     write and return one record per model and length.
@@ -247,11 +256,10 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     }
     code_version = results.code_version()
     configs = model_configs(cfg, overrides)
+    names = list(cfg.get("models") or [None])
     settings = [  # one reference compose per model, not one per record
-        describe_setting(
-            OmegaConf.to_container(c, resolve=True), config_name="bench", ignore=MEASUREMENT_KEYS
-        )
-        for c in configs
+        _describe(OmegaConf.to_container(c, resolve=True), name)
+        for c, name in zip(configs, names, strict=True)
     ]
     order = "round-robin" if len(configs) > 1 or rounds > 1 else "single"
     measured: dict[tuple[int, int], list[dict]] = {}

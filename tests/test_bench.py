@@ -208,10 +208,8 @@ def test_a_second_run_loads_its_compiled_steps_from_the_cache(tmp_path):
     assert off.compile_cache.enabled is False
 
 
-def test_a_sweep_of_models_runs_round_robin_and_pools_its_rounds(tmp_path, monkeypatch):
-    """models + rounds: each round measures every length and model once, in that order;
-    each record pools its windows over the rounds and keeps every round's median."""
-    calls = []
+def fake_cell_factory(calls: list):
+    """A stand-in for bench.measure_cell: the n-th call measures windows [n, n + 1]."""
 
     def fake_cell(config, length, batch_size, options):
         calls.append((config["model"]["name"], length))
@@ -225,7 +223,34 @@ def test_a_sweep_of_models_runs_round_robin_and_pools_its_rounds(tmp_path, monke
             "flops_per_step": 10.0,
         }
 
-    monkeypatch.setattr(bench, "measure_cell", fake_cell)
+    return fake_cell
+
+
+def test_each_model_of_a_sweep_keeps_its_protocol(tmp_path, monkeypatch):
+    """models=[...] under lra-bench: Hydra's choice is the default model, yet each record's
+    reference is its own model's config (so no model.* overrides and the protocol holds),
+    and models / rounds are how it was measured, not a setting."""
+    import lra.setting
+
+    monkeypatch.setattr(bench, "measure_cell", fake_cell_factory([]))
+    app_choices = {"model": "transformer", "task": "text", "protocol": "transnormer"}
+    for module in (lra.setting, bench):  # as HydraConfig's runtime choices would say
+        monkeypatch.setattr(module, "group_choices", lambda config: dict(app_choices))
+    overrides = ["lengths=[16]", "batch_size=2", "bench.isolate=false", f"results_dir={tmp_path}"]
+    cfg = bench_config(
+        *overrides, "protocol=transnormer", "models=[flash,transnormer_t2]", "rounds=2"
+    )
+    records = bench.run_benchmark(cfg, overrides=[*overrides, "protocol=transnormer"])
+    for record in records:
+        assert record["overrides"] == {}, record["overrides"]
+        assert record["protocol"] == "transnormer" and record["variant"] == record["model"]
+
+
+def test_a_sweep_of_models_runs_round_robin_and_pools_its_rounds(tmp_path, monkeypatch):
+    """models + rounds: each round measures every length and model once, in that order;
+    each record pools its windows over the rounds and keeps every round's median."""
+    calls = []
+    monkeypatch.setattr(bench, "measure_cell", fake_cell_factory(calls))
     overrides = [*TINY_BENCH, "lengths=[16,32]", "bench.isolate=false", f"results_dir={tmp_path}"]
     cfg = bench_config(*overrides, "models=[transformer,performer]", "rounds=2")
     records = bench.run_benchmark(cfg, overrides=overrides)
