@@ -52,8 +52,8 @@ def main(argv=None) -> int:
         ja, jb = jnp.asarray(a), jnp.asarray(b)
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
         flops = 2 * m * k * n
-        jax_s = median_seconds(lambda: matmul(ja, jb).block_until_ready(), args.repeats)
-        torch_s = median_seconds(lambda: ta @ tb, args.repeats)
+        jax_s = median_seconds(lambda a=ja, b=jb: matmul(a, b).block_until_ready(), args.repeats)
+        torch_s = median_seconds(lambda a=ta, b=tb: a @ b, args.repeats)
         print(
             f"[{m} x {k}] @ [{k} x {n}]: jax {flops / jax_s / 1e9:.0f} GFLOP/s, "
             f"torch {flops / torch_s / 1e9:.0f} GFLOP/s"
