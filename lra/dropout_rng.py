@@ -50,8 +50,6 @@ from lra.errors import ConfigError
 
 __all__ = ["GENERATORS", "HASH_PRNG", "dropout_key", "hash32"]
 
-GENERATORS = ("hash", "rbg", "threefry")
-
 # Tags that separate the uses of one key (arbitrary odd constants: digits of pi).
 _SPLIT_TAG = np.uint32(0x243F6A88)
 _FOLD_TAG = np.uint32(0x85A308D3)
@@ -126,12 +124,14 @@ HASH_PRNG = define_prng_impl(
     name="lra_hash32",
     tag="lh",
 )
+# trainer.dropout_rng -> the JAX PRNG implementation of its keys.
 _IMPLS = {"hash": HASH_PRNG, "rbg": "rbg", "threefry": "threefry2x32"}
+GENERATORS = tuple(_IMPLS)
 
 
 def dropout_key(seed: int, generator: str = "hash") -> jax.Array:
     """The root dropout key of a run: ``jax.random.key(seed)`` with ``generator``'s impl."""
-    if generator not in _IMPLS:
+    if generator not in GENERATORS:
         raise ConfigError(
             f"trainer.dropout_rng must be one of {GENERATORS}, got {generator!r} "
             "(hash: the fast default; rbg, threefry: JAX's own generators)"
