@@ -44,6 +44,7 @@ def _report_errors(fn, *args):
         sys.exit(2)
     except Interrupted as err:
         print(f"interrupted: {err}: {rerun_command()}", file=sys.stderr, flush=True)
+        err.hand_over()
         sys.exit(err.exit_code)
 
 

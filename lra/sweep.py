@@ -66,6 +66,7 @@ def run_job(cfg, train, summarize) -> dict:
     except Interrupted as err:
         log.error(f"interrupted: {err}: {rerun_command()}")
         _write_row(_row(cfg, "interrupted", error=str(err)))
+        err.hand_over()  # submitit's requeue, now that the checkpoint is saved
         raise SystemExit(err.exit_code) from None
     except LRAError as err:
         log.error(f"error: {err}")

@@ -338,6 +338,7 @@ def _train(
             f"stopped by {stop.name} at step {step} of {num_steps}; {saved}; "
             "rerun the same command to resume",
             stop.received,
+            stop.deferred(),
         )
 
     if stop.requested:

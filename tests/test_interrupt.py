@@ -13,7 +13,7 @@ import pytest
 from conftest import SMALL_DATA, SMALL_RUN, make_config
 
 from lra.run.lock import RunLock, RunLocked
-from lra.run.signals import StopSignals
+from lra.run.signals import Interrupted, StopSignals
 from lra.train import train_and_evaluate
 
 BIN = Path(sys.executable).parent
@@ -120,6 +120,23 @@ def test_signals_are_noted_and_a_second_ctrl_c_stops_at_once():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert stop.deferred() is None  # Python's own Ctrl-C handler is not handed on
+
+
+def test_an_earlier_handler_of_the_signal_is_deferred_until_hand_over():
+    calls = []
+    earlier = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stop.name == "SIGUSR2" and calls == []  # noted, not yet passed on
+            err = Interrupted("stopped", stop.received, stop.deferred())
+        assert err.exit_code == 128 + signal.SIGUSR2
+        err.hand_over()
+        assert calls == [signal.SIGUSR2]
+        Interrupted("stopped", signal.SIGTERM).hand_over()  # none: nothing to run
+    finally:
+        signal.signal(signal.SIGUSR2, earlier)
 
 
 HOLD = textwrap.dedent(
@@ -150,3 +167,40 @@ def test_a_second_trainer_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
     with RunLock(tmp_path, "now") as lock:  # the dead holder's lock file is still there
         assert lock.took_over["pid"] == holder.pid
         assert f'"pid": {os.getpid()}' in (tmp_path / "lock").read_text()
+
+
+def test_submitit_requeue_signal_saves_first_and_the_requeued_job_resumes_there(
+    listops_tiny_dir, tmp_path, uninterrupted
+):
+    """submitit (SLURM's time limit or pre-emption) signals USR2 and requeues the job from
+    its own handler; the run must save at the next step boundary before that handler runs,
+    so the requeued job goes on from the signal's step, not from the last periodic save."""
+    records = tmp_path / "records"
+    proc = subprocess.Popen(
+        [
+            str(BIN / "lra-train"),
+            "-m",
+            "hydra/launcher=submitit_local",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            *overrides(listops_tiny_dir, records),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(first_checkpoint(records), proc)
+    [folder] = records.iterdir()
+    os.kill(json.loads((folder / "lock").read_text())["pid"], signal.SIGUSR2)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    text = (tmp_path / "sweep" / "0" / "lra.log").read_text()  # both attempts of the job
+    stopped = [x for x in text.splitlines() if "stopped by SIGUSR2 at step" in x]
+    assert len(stopped) == 1, text
+    step = int(stopped[0].split(" at step ")[1].split()[0])
+    assert step > 50  # past the periodic save: saved at the signal
+    assert "Requeued job" in text
+    record = json.loads((folder / "record.json").read_text())
+    assert [r["step"] for r in record["resumed_from"]] == [step]
+    assert_same_result(record, uninterrupted)
+    assert "1 done." in (tmp_path / "sweep" / "summary.md").read_text()

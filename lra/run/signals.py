@@ -1,12 +1,18 @@
-"""Stop requests from the outside world: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1.
+"""Stop requests from the outside world: SIGTERM, SIGINT (Ctrl-C), SIGUSR1 and SIGUSR2.
 
 SLURM sends SIGUSR1 (with ``--signal=USR1@<seconds>``) or SIGTERM before it
-pre-empts or ends a job; Kubernetes and most schedulers send SIGTERM; a user
-presses Ctrl-C. Inside :class:`StopSignals` none of them interrupts the work in
-the middle: the handler only notes the signal, the training loop reads
-:attr:`StopSignals.requested` at the next step boundary, saves a checkpoint and
-raises :class:`Interrupted`. A second Ctrl-C raises ``KeyboardInterrupt`` at once
-for the impatient.
+pre-empts or ends a job, and submitit asks for SIGUSR2; Kubernetes and most
+schedulers send SIGTERM; a user presses Ctrl-C. Inside :class:`StopSignals` none
+of them interrupts the work in the middle: the handler only notes the signal, the
+training loop reads :attr:`StopSignals.requested` at the next step boundary,
+saves a checkpoint and raises :class:`Interrupted`. A second Ctrl-C raises
+``KeyboardInterrupt`` at once for the impatient.
+
+A Python handler that was installed for the signal before (submitit's, which
+requeues the job on SLURM and exits) is not lost but deferred: it travels in
+:attr:`Interrupted.handler`, and :meth:`Interrupted.hand_over` runs it once the
+checkpoint is safe. Without that, submitit's handler would requeue and exit in
+the middle of a step, and the work since the last periodic save would be lost.
 
 :func:`terminate_raises_interrupt` is the simpler form for work that cleans up on
 ``KeyboardInterrupt`` (the data generators): SIGTERM then behaves like Ctrl-C.
@@ -19,19 +25,31 @@ import sys
 import threading
 from pathlib import Path
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Interrupted(Exception):  # noqa: N818 - the word users see
-    """A run stopped on a signal after saving its state; ``str()`` says how to resume."""
+    """A run stopped on a signal after saving its state; ``str()`` says how to resume.
 
-    def __init__(self, message: str, signum: int):
+    ``handler`` is the signal's earlier Python handler (see :meth:`StopSignals.deferred`).
+    """
+
+    def __init__(self, message: str, signum: int, handler=None):
         super().__init__(message)
         self.signum = signum
+        self.handler = handler
 
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+    def hand_over(self) -> None:
+        """Run the deferred handler now that the state is saved (submitit: requeue, exit).
+
+        Does nothing without one; a handler that returns leaves the caller to exit.
+        """
+        if self.handler is not None:
+            self.handler(self.signum, None)
 
 
 def rerun_command() -> str:
@@ -61,6 +79,17 @@ class StopSignals:
     @property
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received else ""
+
+    def deferred(self):
+        """The Python handler the received signal had before this context, if any.
+
+        Python's own Ctrl-C handler (it only raises ``KeyboardInterrupt``) and the
+        non-callable dispositions (default, ignore) are not handed on.
+        """
+        previous = self._previous.get(self.received)
+        if callable(previous) and previous is not signal.default_int_handler:
+            return previous
+        return None
 
     def _handle(self, signum, frame) -> None:
         if self.received is not None and signum == signal.SIGINT:
