@@ -35,7 +35,6 @@ from lra.steps import (
     compile_steps,
     layers_description,
     softmax_implementations,
-    train_step_flops,
 )
 
 
@@ -110,7 +109,7 @@ def measure_length(
             compile_seconds=compiled.compile_seconds,
             compile_cache={"dir": cache_dir, **cache.counts()},
             num_params=compiled.num_params,
-            flops_per_step=train_step_flops(compiled.train_step, grad_accum),
+            flops_per_step=compiled.flops_per_step,
             compiled_memory_bytes=measure.compiled_memory_bytes(compiled.train_step),
         )
         if time_steps:

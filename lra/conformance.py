@@ -18,7 +18,9 @@ one in ``shared/DESIGN.md``: ``x: float[B, L, D]``, ``mask: bool[B, L]`` (True =
 6. ``jax.jit`` and ``jax.eval_shape`` agree, and a training call (dropout on) runs under jit;
 7. memory class: XLA's compiled memory of forward + backward at three lengths gives the slope
    of log memory against log length; a class declaring ``memory_class = "linear"`` must show
-   a slope of at most 1.35, ``"quadratic"`` at least 1.5;
+   a slope of at most 1.35, ``"quadratic"`` at least 1.5 (a module may declare it per
+   instance, as softmax attention does: its chunked path is linear; the slope then uses the
+   lengths that declare what the longest does);
 8. parameters at the LRA Text setting (``configs/task/text.yaml``: width, heads, length) as a
    multiple of softmax attention (plus the MLP for mechanisms that replace it); INFO only,
    since LRA's 1.1x budget applies to whole models, which ``lra-report`` compares.
@@ -301,7 +303,19 @@ def _jit_and_eval_shape(s: _Subject) -> Check:
 
 
 def _memory_class(s: _Subject, lengths: Sequence[int]) -> Check:
-    declared = getattr(s.cls, "memory_class", None)
+    # A module may declare its class per instance (softmax: "linear" where it runs its
+    # chunked path, which depends on the length and the backend); the slope is fitted over
+    # the lengths that declare what the longest one does.
+    declared_at = {n: getattr(s.build(n), "memory_class", None) for n in lengths}
+    declared = declared_at[max(lengths)]
+    lengths = [n for n in lengths if declared_at[n] == declared]
+    if len(lengths) < 2:
+        return Check(
+            "memory class",
+            None,
+            f"declared {declared!r} only at length {lengths[0]} (the path changes with the "
+            f"length: {declared_at}); give two or more lengths on one path",
+        )
     sizes = []
     for length in lengths:
         sizes.append(measure.compiled_memory_bytes(s.at_length(length)[1]))

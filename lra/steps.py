@@ -72,7 +72,7 @@ def layers_description(cfg) -> dict:
 
 def softmax_implementations(cfg) -> dict | None:
     """How the softmax layers run on this backend, ``{"train": ..., "eval": ...}``
-    (``cudnn``, ``fused`` or ``plain``; see models.attention.softmax), or None when the
+    (``cudnn``, ``fused``, ``chunked`` or ``plain``; see models.attention.softmax), or None when the
     model has no softmax layer."""
     from models.attention.softmax import choose_implementation
 
@@ -89,17 +89,27 @@ def softmax_implementations(cfg) -> dict | None:
             dtype=PRECISIONS[cfg.trainer.precision],
             head_dim=int(qkv_dim) // int(kwargs["num_heads"]),
             dropout_active=dropout_active,
+            max_len=int(kwargs["max_len"]) + int(kwargs.get("pooling") == "cls"),  # + the CLS
         )
 
     return {"train": chosen(float(kwargs.get("attention_dropout", 0)) > 0), "eval": chosen(False)}
 
 
-def build_model(cfg, rngs: nnx.Rngs) -> nnx.Module:
-    """The classifier for ``cfg.model`` on ``cfg.task``; config mistakes become ConfigError."""
+def build_model(cfg, rngs: nnx.Rngs, kwargs: dict | None = None) -> nnx.Module:
+    """The classifier for ``cfg.model`` on ``cfg.task`` (or for ``kwargs``, a
+    :func:`model_kwargs` of it); config mistakes become ConfigError."""
     try:
-        return models.build_classifier(**model_kwargs(cfg), rngs=rngs)
+        return models.build_classifier(**(kwargs or model_kwargs(cfg)), rngs=rngs)
     except (models.RegistryError, TypeError, ValueError) as err:
         raise ConfigError(f"cannot build model {cfg.model.name!r}: {err}") from err
+
+
+def _plain_softmax_kwargs(cfg) -> dict:
+    """:func:`model_kwargs` with every softmax layer on the plain path (the same parameters)."""
+    kwargs = model_kwargs(cfg)
+    options = {k: dict(v or {}) for k, v in (kwargs["attention_options"] or {}).items()}
+    options.setdefault("softmax", {})["implementation"] = "plain"
+    return {**kwargs, "attention_options": options}
 
 
 def count_params(params) -> int:
@@ -225,12 +235,16 @@ def abstract_batch(task_cfg, batch_size: int, sharding=None) -> dict:
     }
 
 
-def compile_train_variant(cfg, topology, *, grad_accum: int, remat: bool) -> "Compiled":
+def compile_train_variant(
+    cfg, topology, *, grad_accum: int, remat: bool, count_flops: bool = False
+) -> "Compiled":
     """``cfg`` with ``trainer.grad_accum`` and ``trainer.remat`` set, its train step alone
     compiled from shapes for ``topology``'s global batch (no data, nothing runs)."""
     variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": grad_accum, "remat": remat}})
     example = abstract_batch(variant.task, topology.global_batch, topology.batch_sharding)
-    return compile_steps(variant, example, topology=topology, evaluate=False)
+    return compile_steps(
+        variant, example, topology=topology, evaluate=False, count_flops=count_flops
+    )
 
 
 def train_step_flops(compiled_train, grad_accum: int) -> float | None:
@@ -244,6 +258,23 @@ def train_step_flops(compiled_train, grad_accum: int) -> float | None:
     return None if flops is None else flops * int(grad_accum)
 
 
+def _formula_flops(cfg, state, example_batch, dropout_key, jit_options) -> float | None:
+    """:func:`train_step_flops` of the model with its softmax layers on the plain path.
+
+    The chunked path loops over query blocks, whose body XLA's cost analysis counts
+    once; the plain path computes the same formula without a loop, so its count is the
+    model's (the chunked path's backward recomputation is not counted: it is overhead).
+    """
+    model = build_model(cfg, nnx.Rngs(params=0), _plain_softmax_kwargs(cfg))
+    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+    grad_accum = int(cfg.trainer.get("grad_accum", 1))
+    step, _ = make_steps(
+        graphdef, rest, make_optimizer(cfg.trainer), cfg.trainer.precision, grad_accum
+    )
+    lowered = jax.jit(step, **jit_options).lower(state, example_batch, dropout_key)
+    return train_step_flops(lowered.compile(), grad_accum)
+
+
 class Compiled(NamedTuple):
     """A freshly initialised train state and its ahead-of-time compiled steps."""
 
@@ -252,11 +283,18 @@ class Compiled(NamedTuple):
     eval_step: Any  # (params, batch) -> {"loss_sum", "correct", "count"}
     dropout_key: jax.Array
     num_params: int
-    compile_seconds: dict  # {"train": s, "eval": s}: ahead-of-time lowering + compiling
+    compile_seconds: dict  # {"train": s, "eval": s[, "flops": s]}: lowering + compiling
+    flops_per_step: float | None  # of the train step (XLA's count; None if not compiled)
 
 
 def compile_steps(
-    cfg, example_batch: dict, *, train: bool = True, evaluate: bool = True, topology=None
+    cfg,
+    example_batch: dict,
+    *,
+    train: bool = True,
+    evaluate: bool = True,
+    topology=None,
+    count_flops: bool = True,
 ) -> Compiled:
     """Build the model of ``cfg`` (seeded by ``cfg.seed``), init the optimizer, compile.
 
@@ -265,7 +303,9 @@ def compile_steps(
     ``example_batch`` may be arrays or :func:`abstract_batch` shapes. With a
     ``topology`` (:mod:`lra.parallel`) the state is replicated on its mesh and the
     batch split over its ``data`` axis; without, everything is on the default device.
-    ``train=False`` or ``evaluate=False`` leaves that step out (None).
+    ``train=False`` or ``evaluate=False`` leaves that step out (None). With chunked
+    softmax layers, counting the FLOPs compiles the plain formula too (``_formula_flops``);
+    ``count_flops=False`` skips that (``flops_per_step`` is then XLA's count as it is).
     """
     model = build_model(cfg, nnx.Rngs(params=jax.random.key(int(cfg.seed))))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -292,6 +332,11 @@ def compile_steps(
         )
         train_step = lowered.compile()
         seconds["train"] = time.perf_counter() - start
+        flops = train_step_flops(train_step, grad_accum)
+        if count_flops and (softmax_implementations(cfg) or {}).get("train") == "chunked":
+            start = time.perf_counter()  # a loop XLA counts once: count the formula instead
+            flops = _formula_flops(cfg, state, example_batch, dropout_key, jit_options)
+            seconds["flops"] = time.perf_counter() - start
     else:
-        train_step = None
-    return Compiled(state, train_step, evaluator, dropout_key, count_params(params), seconds)
+        train_step, flops = None, None
+    return Compiled(state, train_step, evaluator, dropout_key, count_params(params), seconds, flops)

@@ -45,7 +45,6 @@ from lra.steps import (
     compile_steps,
     compile_train_variant,
     layers_description,
-    train_step_flops,
 )
 from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
@@ -467,7 +466,7 @@ def _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, co
         "peak_memory_bytes": memory_bytes,
         "memory_source": memory_source,
         "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
-        "flops_per_step": train_step_flops(train_compiled, cfg.trainer.get("grad_accum", 1)),
+        "flops_per_step": compiled.flops_per_step,
         "num_params": compiled.num_params,
         "compile_seconds": compiled.compile_seconds,
         **topology.describe(),

@@ -881,7 +881,7 @@ class Cell:
 
         from lra.bench import synthetic_batch
         from lra.optim import make_schedule
-        from lra.steps import abstract_batch, compile_steps, train_step_flops
+        from lra.steps import abstract_batch, compile_steps
 
         self.model, self.length, self.attention_dropout = model, int(length), float(dropout)
         self.device = device
@@ -889,7 +889,7 @@ class Cell:
         twin_kwargs(cfg)  # refuse what the twin cannot mirror before compiling
         batch = synthetic_batch(cfg.task, batch_size, length)
         self.compiled = compile_steps(cfg, abstract_batch(cfg.task, batch_size), evaluate=False)
-        self.flops_per_step = train_step_flops(self.compiled.train_step, 1)
+        self.flops_per_step = self.compiled.flops_per_step
         self.state = self.compiled.state
         self.batch = jax.device_put(batch)
         self.twin = build_twin(cfg, build_harness(cfg)).to(device).train()

@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from lra import parallel  # noqa: E402
 from lra.cli import CONFIG_DIR  # noqa: E402
-from lra.steps import compile_train_variant, train_step_flops  # noqa: E402
+from lra.steps import compile_train_variant  # noqa: E402
 
 
 def main(overrides: list[str], accums: list[int]) -> None:
@@ -36,7 +36,7 @@ def main(overrides: list[str], accums: list[int]) -> None:
     batch = int(cfg.trainer.batch_size)
     for k in accums:
         topology = parallel.make_topology(cfg.trainer.mesh, batch, k)
-        compiled = compile_train_variant(cfg, topology, grad_accum=k, remat=REMAT)
+        compiled = compile_train_variant(cfg, topology, grad_accum=k, remat=REMAT, count_flops=True)
         print(
             json.dumps(
                 {
@@ -47,7 +47,7 @@ def main(overrides: list[str], accums: list[int]) -> None:
                     "remat": REMAT,
                     "compiled_memory_gb": measure.compiled_memory_bytes(compiled.train_step) / 1e9,
                     "compile_seconds": round(compiled.compile_seconds["train"], 1),
-                    "gflops_per_step": (train_step_flops(compiled.train_step, k) or 0) / 1e9,
+                    "gflops_per_step": (compiled.flops_per_step or 0) / 1e9,
                     **measure.environment(),
                 }
             ),

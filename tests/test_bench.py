@@ -50,7 +50,10 @@ def test_bench_records_say_how_softmax_ran():
     from lra.steps import softmax_implementations
 
     cfg = bench_config("model=transformer")
-    assert softmax_implementations(cfg) == {"train": "plain", "eval": "plain"}  # on CPU
+    assert cfg.task.max_length >= 1024  # Text: the chunked path on a CPU
+    assert softmax_implementations(cfg) == {"train": "chunked", "eval": "chunked"}
+    short = bench_config("model=transformer", "task.max_length=512")
+    assert softmax_implementations(short) == {"train": "plain", "eval": "plain"}
     fused = bench_config(
         "model=transformer", "+model.attention_options.softmax.implementation=fused"
     )

@@ -8,6 +8,7 @@ is tested in its own test file.
 """
 
 import pytest
+from flax import nnx
 
 import models
 from lra import conformance
@@ -57,8 +58,27 @@ def test_declared_memory_class_is_checked_against_the_measurement():
 
     subject = conformance._Subject("softmax", {})
     subject.cls = Declared
+    subject.build = lambda max_len, seed=0, **options: Declared(
+        dim=conformance.DIM,
+        num_heads=conformance.HEADS,
+        max_len=max_len,
+        rngs=nnx.Rngs(seed),
+        implementation="plain",
+        **options,
+    )
     check = conformance._memory_class(subject, (256, 512))
     assert check.passed is False and "slope 1.9" in check.value
+
+
+def test_a_class_declared_per_instance_is_fitted_on_the_lengths_of_one_path():
+    """Softmax attention runs its chunked path (linear memory) from length 1024 on a CPU."""
+    subject = conformance._Subject("softmax", {})
+    assert [subject.build(n).memory_class for n in (512, 1024)] == ["quadratic", "linear"]
+    check = conformance._memory_class(subject, (512, 1024, 2048))
+    assert check.passed is True and "declared 'linear'" in check.value
+    assert "512:" not in check.value and "1024:" in check.value and "2048:" in check.value
+    lone = conformance._memory_class(subject, (256, 512, 1024))
+    assert lone.passed is None and "only at length 1024" in lone.value
 
 
 def test_unloadable_mechanism_is_a_one_line_error(capsys):

@@ -225,6 +225,10 @@ def test_auto_implementation_picks_cudnn_only_where_it_applies():
 
     assert pick() == "cudnn" and pick(dtype=jnp.float16, head_dim=128) == "cudnn"
     assert pick(platform="cpu") == "plain" and pick(platform="tpu") == "plain"
+    assert pick(platform="cpu", max_len=1023) == "plain"
+    assert pick(platform="cpu", max_len=1024) == "chunked"  # long sequences on a CPU
+    assert pick(platform="cpu", max_len=4097, dropout_active=True) == "chunked"
+    assert pick(platform="tpu", max_len=4097) == "plain" and pick(max_len=4097) == "cudnn"
     assert pick(dropout_active=True) == "plain"  # training with attention dropout
     assert pick(dtype=jnp.float32) == "plain" and pick(head_dim=60) == "plain"
     assert pick(head_dim=256) == "plain"
@@ -244,7 +248,7 @@ def test_auto_is_the_plain_reference_on_this_backend():
     )
     assert auto.implementation == "auto"
     np.testing.assert_array_equal(np.asarray(auto(x, mask=mask)), np.asarray(plain(x, mask=mask)))
-    with pytest.raises(ValueError, match="implementation must be one of auto, plain, fused"):
+    with pytest.raises(ValueError, match="must be one of auto, plain, chunked, fused"):
         models.make_attention(
             "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="x"
         )
