@@ -52,7 +52,10 @@ def diff_overrides(config: dict, reference: dict) -> dict:
     """``{dotted key: value in config}`` for every result-relevant leaf that differs."""
     ours, theirs = _flatten(result_config(config)), _flatten(result_config(reference))
     diff = {k: v for k, v in ours.items() if k not in theirs or theirs[k] != v}
-    diff.update({k: REMOVED for k in theirs if k not in ours})
+    # An empty mapping of the reference that the config fills ({} -> {a: 1}) is not removed:
+    # its new keys are the difference.
+    filled = {k.rsplit(".", i)[0] for k in ours for i in range(1, k.count(".") + 1)}
+    diff.update({k: REMOVED for k in theirs if k not in ours and k not in filled})
     return dict(sorted(diff.items()))
 
 

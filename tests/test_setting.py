@@ -49,6 +49,13 @@ def test_diff_sees_added_and_removed_keys_and_variant_names_stay_short():
     reference = {"model": {"name": "m", "a": 1, "b": {"c": 2}}, "task": {"name": "t"}}
     config = {"model": {"name": "m", "a": 3, "d": 4}, "task": {"name": "t"}, "seed": 9}
     assert diff_overrides(config, reference) == {"model.a": 3, "model.b.c": REMOVED, "model.d": 4}
+    empty = {"model": {"name": "m", "options": {}}}
+    filled = {"model": {"name": "m", "options": {"softmax": {"implementation": "plain"}}}}
+    assert diff_overrides(filled, empty) == {"model.options.softmax.implementation": "plain"}
+    assert diff_overrides(empty, filled) == {
+        "model.options": {},
+        "model.options.softmax.implementation": REMOVED,
+    }
     many = {f"trainer.key_number_{i}": i for i in range(20)}
     name = variant_name("m", many)
     assert name.startswith("m[trainer.key_number_0=0") and name.endswith("more]")
