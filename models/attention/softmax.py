@@ -113,20 +113,24 @@ class SoftmaxAttention(MultiHeadAttention):
         self.implementation = implementation
         self._init_projections(rngs)
 
+    def _chosen(self, dtype, dropout_active: bool) -> str:
+        """The path a call in ``dtype`` takes on this backend (:func:`choose_implementation`)."""
+        return choose_implementation(
+            self.implementation,
+            platform=jax.default_backend(),
+            dtype=dtype,
+            head_dim=self.head_dim,
+            dropout_active=dropout_active,
+            max_len=self.max_len,
+        )
+
     @property
     def memory_class(self) -> str:
         """How a training call's memory grows with the length on this backend: "linear" on
         the chunked path, "quadratic" on the plain one (and on cuDNN's, which training with
         attention dropout does not take)."""
-        chosen = choose_implementation(
-            self.implementation,
-            platform=jax.default_backend(),
-            dtype=jnp.float32,
-            head_dim=self.head_dim,
-            dropout_active=bool(self.dropout.rate),
-            max_len=self.max_len,
-        )
-        return "linear" if chosen == "chunked" else "quadratic"
+        chunked = self._chosen(jnp.float32, bool(self.dropout.rate)) == "chunked"
+        return "linear" if chunked else "quadratic"
 
     def __call__(
         self,
@@ -138,14 +142,8 @@ class SoftmaxAttention(MultiHeadAttention):
     ) -> jax.Array:
         self._check_call(x, mask, deterministic, rngs)
         q, k, v = self._qkv(x)
-        chosen = choose_implementation(
-            self.implementation,
-            platform=jax.default_backend(),
-            dtype=q.dtype,
-            head_dim=self.head_dim,
-            dropout_active=bool(self.dropout.rate) and not deterministic,
-            max_len=self.max_len,
-        )
+        dropping = bool(self.dropout.rate) and not deterministic
+        chosen = self._chosen(q.dtype, dropping)
         if chosen == "cudnn":
             # Masks are length prefixes; an all-padding row keeps one key (its output is
             # never used) so cuDNN never normalises over nothing.
@@ -162,7 +160,6 @@ class SoftmaxAttention(MultiHeadAttention):
             return self.out(self._merge(y))
         q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
         if chosen == "chunked":
-            dropping = bool(self.dropout.rate) and not deterministic
             y = query_chunked_attention(
                 q,
                 k,
