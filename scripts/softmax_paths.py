@@ -51,9 +51,13 @@ def time_paths(length: int, dropout: float, blocks: list[int], rounds: int, step
         batch = jax.device_put(synthetic_batch(cfg.task, 2, length))
         state, _ = compiled.train_step(compiled.state, batch, compiled.dropout_key)
         jax.block_until_ready(state)  # the warm-up step
-        memory = measure.compiled_memory_bytes(compiled.train_step)
-        runs[label] = {"compiled": compiled, "state": state, "batch": batch, "rates": []}
-        runs[label]["memory"] = memory
+        runs[label] = {
+            "compiled": compiled,
+            "state": state,
+            "batch": batch,
+            "rates": [],
+            "memory": measure.compiled_memory_bytes(compiled.train_step),
+        }
     for _ in range(rounds):
         for run in runs.values():
             compiled, state = run["compiled"], run["state"]
