@@ -19,8 +19,13 @@
 #                       at trainer.batch_size=2048 (does not fit -> the error names the
 #                       grad_accum/remat overrides found by compiling)
 #   6. bench.txt        lra-bench of the Figure-1 models at lengths 1024..4096 (bench.windows=3),
-#                       one model at a time (timeout 60 s each); records in bench/. Models that
-#                       would start past the time budget are skipped and named.
+#                       one model at a time (timeout 60 s each); records in bench/; after the
+#                       Transformer, the Transformer in bf16 without attention dropout (cuDNN's
+#                       fused attention under `implementation: auto`), records in bench_bf16/.
+#                       Models that would start past the time budget are skipped and named.
+#      compare_pytorch.txt/.json
+#                       if time is left and PyTorch imports: scripts/compare_pytorch.py with the
+#                       twin on CUDA (transformer, transnormer_t2, performer at 1024 and 4096)
 #   7. summary.txt      each step's exit status, verdict and seconds (also printed)
 # Hydra's run folders (with each step's lra.log) go to hydra/.
 #
@@ -80,6 +85,9 @@ if [[ -n $dry_run ]]; then
   preflight_timeout=240  # the batch-2048 search compiles ~8 variants: ~2 minutes on 2 loaded cores
   train_steps=20
   eval_every=10
+  compare_models=transformer
+  compare_lengths=256
+  compare_extra=(--batch-size 2 --rounds 1 --steps 1 --warmup 1 --attention-dropout 0)
 else
   deadline="${LRA_GPU_CHECK_DEADLINE_S:-480}"
   lengths="[1024,2048,3072,4096]"
@@ -89,6 +97,9 @@ else
     nystromformer)
   train_steps=200
   eval_every=100
+  compare_models=transformer,transnormer_t2,performer
+  compare_lengths=1024,4096
+  compare_extra=(--rounds 2 --steps 5 --warmup 2)
 fi
 min_step_s=15      # a step with less time left than this is skipped
 min_bench_s=30     # likewise a benchmarked model
@@ -384,21 +395,53 @@ else
 fi
 
 # ---------------------------------------------------------------- 6. benchmark
+# Every model as lra-bench runs it by default (float32: softmax attention on its plain path),
+# then the Transformer in bf16 without attention dropout, where `implementation: auto` picks
+# cuDNN's fused attention (issue 15, item 3): its records' softmax_implementation says which ran.
 rm -f "$out/bench.txt"
-skipped=()
+bench_names=()
+bench_args=()
 for model in "${models[@]}"; do
+  bench_names+=("bench_$model")
+  bench_args+=("model=$model results_dir=$out/bench")
+  if [[ $model == transformer ]]; then
+    bench_names+=("bench_transformer_bf16")
+    bench_args+=("model=transformer trainer.precision=bf16 task.arch.attention_dropout=0
+      results_dir=$out/bench_bf16")
+  fi
+done
+skipped=()
+for i in "${!bench_names[@]}"; do
+  name=${bench_names[$i]}
   if ((deadline - SECONDS < min_bench_s)); then
-    skipped+=("$model")
-    record "bench_$model" skipped 0 "past the ${deadline}s deadline" 0
+    skipped+=("$name")
+    record "$name" skipped 0 "past the ${deadline}s deadline" 0
     continue
   fi
-  run_and_record "bench_$model" 60 "$out/bench.txt" \
-    "${lra_bench[@]}" "model=$model" "lengths=$lengths" bench.windows=3 "${bench_extra[@]}" \
-    "results_dir=$out/bench" "hydra.run.dir=$out/hydra/bench_$model"
+  read -r -a overrides <<<"$(tr '\n' ' ' <<<"${bench_args[$i]}")"
+  run_and_record "$name" 60 "$out/bench.txt" \
+    "${lra_bench[@]}" "${overrides[@]}" "lengths=$lengths" bench.windows=3 "${bench_extra[@]}" \
+    "hydra.run.dir=$out/hydra/$name"
 done
 if ((${#skipped[@]})); then
   echo "# skipped (under ${min_bench_s}s left before the ${deadline}s deadline): ${skipped[*]}" \
     >>"$out/bench.txt"
+fi
+
+# ---------------------------------------------------------------- 6b. PyTorch side by side
+# If time is left and the machine's Python has PyTorch: scripts/compare_pytorch.py on the GPU
+# (twin on CUDA), which checks the twin's logits first and then times both train steps
+# alternately (issue 15). Not counted against the verdict when PyTorch is missing.
+rm -f "$out/compare_pytorch.txt"
+if ! "$py" -c "import torch" >/dev/null 2>&1; then
+  echo "# no PyTorch under $py: not run" >"$out/compare_pytorch.txt"
+  record compare_pytorch skipped 0 "no PyTorch" 1
+elif ((deadline - SECONDS < min_bench_s)); then
+  record compare_pytorch skipped 0 "past the ${deadline}s deadline" 1
+else
+  run_and_record compare_pytorch 120 "$out/compare_pytorch.txt" \
+    "$py" scripts/compare_pytorch.py --models "${compare_models}" --lengths "$compare_lengths" \
+    "${compare_extra[@]}" --out "$out/compare_pytorch.json"
 fi
 
 # ---------------------------------------------------------------- 7. summary
