@@ -3,6 +3,11 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# On a GPU (JAX_PLATFORMS=cuda, as scripts/gpu_check.sh runs the tests) float32 matmuls default
+# to TF32, whose rounding differs in the 4th-5th digit between two orders of the same sums
+# (seen on an H200): the tests compare formulas and equal runs, so they run full float32.
+if os.environ["JAX_PLATFORMS"] != "cpu":
+    os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # Many tests compile the same small programs: let them share XLA's persistent cache
 # (subprocesses inherit it through the environment). A fresh folder per test session.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 from conftest import SMALL_RUN, make_config, train_small
 
@@ -52,8 +53,20 @@ def two_device_run(listops_tiny_dir, tmp_path_factory):
     return _result(_start_worker(listops_tiny_dir, results, 2))
 
 
+def _one_cpu_device_run(data_dir, results_dir) -> dict:
+    """The small run on one CPU device: in this process when JAX runs on the CPU, else (a GPU
+    test run, as in scripts/gpu_check.sh) in a CPU worker like the 2-device run, since the
+    same steps on a GPU differ from the CPU's in the 5th digit (TF32 matmuls; seen on an H200).
+    """
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return train_small(data_dir, results_dir)
+    return _result(_start_worker(data_dir, results_dir, 1))
+
+
 def test_two_devices_give_the_losses_of_one(listops_tiny_dir, tmp_path, two_device_run):
-    one = train_small(listops_tiny_dir, tmp_path)
+    one = _one_cpu_device_run(listops_tiny_dir, tmp_path)
     assert one["num_devices"] == 1 and one["per_device_batch_size"] == 16
     two = two_device_run
     assert two["num_devices"] == 2 and two["mesh_shape"] == {"data": 2}
@@ -174,6 +187,66 @@ def test_preflight_stops_before_loading_data_and_names_what_fits(tmp_path):
     # The suggested setting passes the check (and then finds no data: nothing was loaded before).
     with pytest.raises(DataError):
         _train_without_data(tmp_path, *limit, f"trainer.grad_accum={fitting}")
+
+
+def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, monkeypatch):
+    # On a GPU, compiling a step far too large already fails (the autotuner's trial buffers);
+    # seen on an H200: task=listops trainer.batch_size=2048. Here compiling the steps with
+    # grad_accum < 4 fails that way, as XLA words it.
+    import lra.steps
+    import lra.train
+
+    compile_steps = lra.steps.compile_steps
+    tried = []
+
+    def compile_on_a_small_gpu(cfg, *args, **kwargs):
+        accum = int(cfg.trainer.grad_accum)
+        tried.append(accum)
+        if accum < 4:
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Failed to get configs for: 2 out of 24 instructions. See "
+                "logs for all failures. Example failure: \nOut of memory while trying to "
+                "allocate 244.40GiB with allocator GPU_0_bfc on device 0."
+            )
+        return compile_steps(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(lra.steps, "compile_steps", compile_on_a_small_gpu)
+    monkeypatch.setattr(lra.train, "compile_steps", compile_on_a_small_gpu)
+    with pytest.raises(OutOfMemory) as err:
+        _train_without_data(tmp_path, "trainer.memory_limit_gb=1", "trainer.remat=true")
+    message = str(err.value)
+    assert message.startswith(
+        "the steps do not compile in the device's memory (XLA: Out of memory while trying to "
+        "allocate 244.40GiB; trainer.memory_limit_gb is 1.0 GB); these overrides fit "
+        "(compiled and measured): trainer.grad_accum=4 ("
+    ), message
+    assert tried[0] == 1 and 4 in tried
+    # Without the pre-flight, the same failure is one clean error too.
+    with pytest.raises(OutOfMemory, match="ran out of memory: Out of memory while trying"):
+        _train_without_data(tmp_path, "trainer.preflight=false")
+
+
+def test_eval_step_in_micro_batches_gives_the_sums_of_the_whole_batch(listops_tiny_dir):
+    from lra.data.pipeline import eval_batches
+    from lra.data.tasks import load_task
+    from lra.steps import compile_steps
+
+    cfg = make_config("task=listops_tiny", f"data_dir={listops_tiny_dir}", *SMALL_RUN)
+    batch = next(eval_batches(load_task(cfg.task, listops_tiny_dir)["val"], 16))
+    sums, memory = {}, {}
+    for accum in (1, 4):
+        variant = make_config(
+            "task=listops_tiny", *SMALL_RUN, "task.arch.dropout=0", f"trainer.grad_accum={accum}"
+        )
+        compiled = compile_steps(variant, batch, train=False)
+        sums[accum] = {
+            k: float(v) for k, v in compiled.eval_step(compiled.state.params, batch).items()
+        }
+        memory[accum] = measure.compiled_memory_bytes(compiled.eval_step)
+    assert sums[4]["count"] == sums[1]["count"] == 16
+    assert sums[4]["correct"] == sums[1]["correct"]
+    assert sums[4]["loss_sum"] == pytest.approx(sums[1]["loss_sum"], rel=1e-5)
+    assert memory[4] < memory[1]
 
 
 def _fake_memory(k: int, remat: bool) -> int:
