@@ -112,6 +112,7 @@ def measure_length(
             flops_per_step=compiled.flops_per_step,
             compiled_memory_bytes=measure.compiled_memory_bytes(compiled.train_step),
         )
+        peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
         if time_steps:
             state = compiled.state
 
@@ -137,7 +138,7 @@ def measure_length(
                 if out.get("flops_per_step") and out.get("train_steps_per_sec")
                 else None
             )
-        memory, source = measure.peak_memory(compiled.train_step)
+        memory, source = measure.peak_memory(compiled.train_step, before=peak_before)
         out.update(peak_memory_bytes=memory, memory_source=source)
     except Exception as err:  # XLA raises its own runtime error types
         if not measure.is_out_of_memory(err):

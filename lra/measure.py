@@ -8,9 +8,10 @@ memory":
   awaited (``jax.block_until_ready``); compilation happens ahead of time and is
   never inside a window.
 * peak memory: the device's own ``peak_bytes_in_use`` where the backend keeps
-  statistics (GPU, TPU); otherwise XLA's compiled memory analysis of the step
-  (arguments + outputs + temporaries - aliased donations + generated code).
-  The record names which one in ``memory_source``.
+  statistics (GPU, TPU) and the measured steps set it (not compiling before them);
+  otherwise XLA's compiled memory analysis of the step (arguments + outputs +
+  temporaries - aliased donations + generated code). The record names which one in
+  ``memory_source``.
 * FLOPs: XLA's cost analysis of the compiled step.
 """
 
@@ -113,10 +114,18 @@ def device_peak_bytes(device=None) -> int | None:
     return int(stats["peak_bytes_in_use"])
 
 
-def peak_memory(compiled, device=None) -> tuple[int | None, str]:
-    """Peak memory and its source: device statistics if available, else compiled analysis."""
+def peak_memory(compiled, device=None, before: int | None = None) -> tuple[int | None, str]:
+    """Peak memory and its source: device statistics if available, else compiled analysis.
+
+    ``before`` is the device's peak just before the measured steps first ran, after
+    compiling. The device keeps one peak per process, so earlier work sets it too: in one
+    lra-bench process on an H200 (``bench.isolate=false``) every model reported the first
+    model's peak, and compiling may allocate (XLA's GPU autotuner tries kernels on real
+    buffers). If the steps did not raise the peak above ``before``, the device's figure is
+    not theirs, and the compiled analysis is returned instead.
+    """
     measured = device_peak_bytes(device)
-    if measured is not None:
+    if measured is not None and (before is None or measured > before):
         return measured, MEMORY_SOURCE_DEVICE
     return compiled_memory_bytes(compiled), MEMORY_SOURCE_COMPILED
 

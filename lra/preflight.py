@@ -1,17 +1,20 @@
-"""The pre-flight memory check: does the compiled train step fit before any data loads?
+"""The pre-flight memory check: do the compiled steps fit before any data loads?
 
-XLA's memory analysis of the ahead-of-time compiled train step says what one
-step needs on each device (:func:`lra.measure.compiled_memory_bytes`). This
+XLA's memory analysis of the ahead-of-time compiled train and eval steps says what
+one step needs on each device (:func:`lra.measure.compiled_memory_bytes`). This
 module compares it with what the device has: ``memory_stats()["bytes_limit"]``
 on GPU and TPU, the available RAM (``MemAvailable``) on CPU, where all host
 devices share the RAM, or ``trainer.memory_limit_gb`` when set. If the step does
 not fit, :func:`check_fits` compiles the settings that trade compute for memory,
 ``trainer.grad_accum`` (micro-batches) and ``trainer.remat`` (recomputed
 activations), and names the cheapest ones that fit. It never guesses: every
-suggested override was compiled and measured.
+suggested override was compiled and measured. A step that cannot even be compiled
+in the device's memory (a GPU's autotuner allocates while compiling) is treated as
+one that does not fit.
 """
 
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +27,7 @@ GB = 1e9
 
 
 class OutOfMemory(LRAError):
-    """The train step needs more memory than the device has."""
+    """A step needs more memory than the device has."""
 
 
 def _gb(num_bytes: float) -> str:
@@ -128,6 +131,18 @@ def fitting_overrides(
     return found
 
 
+def compile_error_summary(err: BaseException) -> str:
+    """The allocation a failed compile asked for, in XLA's words, else its first line.
+
+    On a GPU, XLA's autotuner allocates trial buffers while compiling, so a step far too
+    large for the device fails to compile (``RESOURCE_EXHAUSTED: Failed to get configs
+    ... Out of memory while trying to allocate 244.40GiB``) before any memory analysis.
+    """
+    text = str(err)
+    found = re.search(r"Out of memory while trying to allocate [0-9.]+\s*[KMGT]?i?B", text)
+    return found.group(0) if found else text.strip().splitlines()[0][:200]
+
+
 def check_fits(
     needed: int | None,
     limit_gb,
@@ -135,19 +150,45 @@ def check_fits(
     per_device_batch: int,
     grad_accum: int,
     remat: bool,
+    *,
+    step: str = "train step",
+    compile_error: BaseException | None = None,
 ) -> None:
-    """Raise :class:`OutOfMemory` naming what fits if ``needed`` bytes exceed the device's."""
+    """Raise :class:`OutOfMemory` naming what fits if ``needed`` bytes exceed the device's.
+
+    ``step`` names the step that needs ``needed`` (the train or the eval step, whichever
+    needs more). ``compile_error``: compiling the steps itself ran out of device memory
+    (``needed`` is then unknown and too much); the search for settings that fit runs as
+    when the memory analysis is too large, and ``measure_bytes`` returns None for a setting
+    that fails the same way.
+    """
     available, source = device_memory(limit_gb)
-    if needed is None or available is None:
+    if compile_error is not None:
+        summary = compile_error_summary(compile_error)
+        known = "unknown" if available is None else _gb(available)
+        log.info(
+            f"pre-flight: compiling the steps ran out of device memory ({summary}; {source} "
+            f"is {known}); compiling lower-memory settings to find ones that fit"
+        )
+        problem = (
+            f"the steps do not compile in the device's memory (XLA: {summary}; {source} is {known})"
+        )
+        available = available if available is not None else float("inf")
+    elif needed is None or available is None:
         log.info("pre-flight memory check skipped: the compiled memory or the device's is unknown")
         return
-    if needed <= available:
-        log.info(f"pre-flight: the train step needs {_gb(needed)} of {_gb(available)} ({source})")
+    elif needed <= available:
+        log.info(f"pre-flight: the {step} needs {_gb(needed)} of {_gb(available)} ({source})")
         return
-    log.info(
-        f"pre-flight: the train step needs {_gb(needed)} but {source} is {_gb(available)}; "
-        "compiling lower-memory settings to find ones that fit"
-    )
+    else:
+        log.info(
+            f"pre-flight: the {step} needs {_gb(needed)} but {source} is {_gb(available)}; "
+            "compiling lower-memory settings to find ones that fit"
+        )
+        problem = (
+            f"the {step} needs {_gb(needed)} per device (XLA compiled memory analysis) but "
+            f"{source} is {_gb(available)}"
+        )
     found = fitting_overrides(measure_bytes, available, per_device_batch, grad_accum, remat)
     if found:
         advice = "; or ".join(f"{words} ({_gb(n)})" for words, n in found)
@@ -157,7 +198,4 @@ def check_fits(
             "no grad_accum/remat setting fits (each was compiled); use more devices "
             "(trainer.mesh) or a smaller trainer.batch_size (which changes the result)"
         )
-    raise OutOfMemory(
-        f"the train step needs {_gb(needed)} per device (XLA compiled memory analysis) but "
-        f"{source} is {_gb(available)}; {advice}; trainer.preflight=false skips this check"
-    )
+    raise OutOfMemory(f"{problem}; {advice}; trainer.preflight=false skips this check")

@@ -160,7 +160,8 @@ def make_steps(
     With ``grad_accum = K > 1`` the train step runs the batch as K micro-batches
     in a ``lax.scan`` and sums their gradients: the update of the whole batch at
     about 1/K of the activation memory. (Dropout masks are drawn per micro-batch,
-    so with dropout the result differs from K = 1 as another seed would.)
+    so with dropout the result differs from K = 1 as another seed would.) The eval
+    step sums its metrics over the same K micro-batches.
     """
     if precision not in PRECISIONS:
         raise ConfigError(
@@ -211,10 +212,28 @@ def make_steps(
         }
         return TrainState(params, opt_state, state.step + 1), metrics
 
-    def eval_step(params, batch):
+    def eval_sums(params, batch):
         logits = _forward(graphdef, params, rest, batch, deterministic=True, rngs=None, dtype=dtype)
         loss_sum, correct, count = _weighted_metrics(logits, batch)
         return {"loss_sum": loss_sum, "correct": correct, "count": count}
+
+    def eval_step(params, batch):
+        """Summed loss, correct count and weight count of ``batch``: in ``grad_accum``
+        micro-batches (a ``lax.scan``) like the train step, so that a batch which only
+        fits in training as micro-batches is evaluated in as little memory."""
+        rows = jax.tree.leaves(batch)[0].shape[0]
+        if grad_accum == 1 or rows % grad_accum:
+            return eval_sums(params, batch)
+        micro = _micro_batches(batch, grad_accum)
+        first = jax.tree.map(lambda x: x[0], micro)
+        zeros = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(eval_sums, params, first)
+        )
+
+        def add(totals, micro_batch):
+            return jax.tree.map(jnp.add, totals, eval_sums(params, micro_batch)), None
+
+        return jax.lax.scan(add, zeros, micro)[0]
 
     return train_step, eval_step
 
@@ -236,14 +255,21 @@ def abstract_batch(task_cfg, batch_size: int, sharding=None) -> dict:
 
 
 def compile_train_variant(
-    cfg, topology, *, grad_accum: int, remat: bool, count_flops: bool = False
+    cfg,
+    topology,
+    *,
+    grad_accum: int,
+    remat: bool,
+    count_flops: bool = False,
+    evaluate: bool = False,
 ) -> "Compiled":
-    """``cfg`` with ``trainer.grad_accum`` and ``trainer.remat`` set, its train step alone
-    compiled from shapes for ``topology``'s global batch (no data, nothing runs)."""
+    """``cfg`` with ``trainer.grad_accum`` and ``trainer.remat`` set, its train step (and
+    with ``evaluate`` its eval step) compiled from shapes for ``topology``'s global batch
+    (no data, nothing runs)."""
     variant = OmegaConf.merge(cfg, {"trainer": {"grad_accum": grad_accum, "remat": remat}})
     example = abstract_batch(variant.task, topology.global_batch, topology.batch_sharding)
     return compile_steps(
-        variant, example, topology=topology, evaluate=False, count_flops=count_flops
+        variant, example, topology=topology, evaluate=evaluate, count_flops=count_flops
     )
 
 

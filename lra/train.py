@@ -33,7 +33,7 @@ from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.errors import ConfigError, DataError, LRAError
 from lra.optim import make_schedule
-from lra.preflight import OutOfMemory, check_fits
+from lra.preflight import OutOfMemory, check_fits, compile_error_summary
 from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
@@ -169,10 +169,11 @@ def train_and_evaluate(cfg) -> dict:
     # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
     example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
     cache = CacheCounter()
-    compiled = compile_steps(cfg, example, topology=topology)
+    compiled = _compile_or_explain(cfg, example, topology)
     compile_cache = {"dir": cache_dir, **cache.counts()}
     if trainer.get("preflight", True):
         _preflight(cfg, compiled, topology)
+    peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
     splits = load_task(cfg.task, data_dir)
     _check_lengths(cfg.task, splits)
     lock = RunLock(run.path, started_at) if topology.is_main else contextlib.nullcontext()
@@ -236,7 +237,9 @@ def train_and_evaluate(cfg) -> dict:
                 if measure.is_out_of_memory(err):
                     raise _out_of_memory(err, compiled) from err
                 raise
-            record = _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, code)
+            record = _record(
+                cfg, run, compiled, topology, splits, progress, test, eval_timer, code, peak_before
+            )
             record.update(setting, compile_cache=compile_cache)
             record.update(
                 val_accuracy=val_accuracy,
@@ -266,29 +269,68 @@ def _check_lengths(task_cfg, splits) -> None:
             )
 
 
-def _preflight(cfg, compiled, topology) -> None:
-    """Stop (:class:`OutOfMemory`) if the compiled train step does not fit the device."""
+def _compile_or_explain(cfg, example, topology):
+    """:func:`compile_steps`; if compiling runs out of device memory (a GPU's autotuner
+    allocates while compiling), the pre-flight search for settings that fit, or with
+    ``trainer.preflight=false`` a clean :class:`OutOfMemory`."""
+    try:
+        return compile_steps(cfg, example, topology=topology)
+    except Exception as err:  # XLA raises its own runtime error types
+        if not measure.is_out_of_memory(err):
+            raise
+        if cfg.trainer.get("preflight", True):
+            _preflight(cfg, None, topology, compile_error=err)  # raises OutOfMemory
+        raise _out_of_memory(err, None) from err
+
+
+def _steps_bytes(compiled) -> tuple[int | None, str]:
+    """Compiled memory of the step that needs more, train or eval, and its name."""
+    sizes = {
+        f"{name} step": measure.compiled_memory_bytes(step)
+        for name, step in (("train", compiled.train_step), ("eval", compiled.eval_step))
+        if step is not None
+    }
+    known = {name: size for name, size in sizes.items() if size is not None}
+    if not known:
+        return None, "train step"
+    name = max(known, key=known.get)
+    return known[name], name
+
+
+def _preflight(cfg, compiled, topology, compile_error=None) -> None:
+    """Stop (:class:`OutOfMemory`) if the compiled train or eval step does not fit the device
+    (``compile_error``: compiling them already ran out of device memory)."""
     trainer = cfg.trainer
 
     def measure_bytes(grad_accum: int, remat: bool) -> int | None:
-        variant = compile_train_variant(cfg, topology, grad_accum=grad_accum, remat=remat)
-        return measure.compiled_memory_bytes(variant.train_step)
+        try:
+            variant = compile_train_variant(
+                cfg, topology, grad_accum=grad_accum, remat=remat, evaluate=True
+            )
+        except Exception as err:  # XLA raises its own runtime error types
+            if measure.is_out_of_memory(err):
+                return None  # does not even compile in the device's memory
+            raise
+        return _steps_bytes(variant)[0]
 
+    needed, step = (None, "train step") if compiled is None else _steps_bytes(compiled)
     check_fits(
-        measure.compiled_memory_bytes(compiled.train_step),
+        needed,
         trainer.get("memory_limit_gb"),
         measure_bytes,
         topology.per_device_batch,
         int(trainer.get("grad_accum", 1)),
         bool(trainer.get("remat", False)),
+        step=step,
+        compile_error=compile_error,
     )
 
 
 def _out_of_memory(err: BaseException, compiled) -> OutOfMemory:
-    needed = measure.compiled_memory_bytes(compiled.train_step)
+    needed = None if compiled is None else measure.compiled_memory_bytes(compiled.train_step)
     plan = "" if needed is None else f" (the compiled train step needs {needed / 1e9:.1f} GB)"
     return OutOfMemory(
-        f"the device ran out of memory{plan}: {str(err).splitlines()[0][:200]}; lower the "
+        f"the device ran out of memory{plan}: {compile_error_summary(err)}; lower the "
         "memory with trainer.grad_accum=2 (or more) or trainer.remat=true, or leave "
         "trainer.preflight=true and trainer.memory_limit_gb=<GB the device has free> to have "
         "the fitting settings found"
@@ -442,10 +484,15 @@ def _run_info(cfg, run, resumed_step: int) -> RunInfo:
     )
 
 
-def _record(cfg, run, compiled, topology, splits, progress, test, eval_timer, code_version):
-    """The results record of a finished run (selection fields are added by the caller)."""
+def _record(
+    cfg, run, compiled, topology, splits, progress, test, eval_timer, code_version, peak_before
+):
+    """The results record of a finished run (selection fields are added by the caller).
+
+    ``peak_before``: the device's peak memory after compiling, before any step ran.
+    """
     train_compiled = compiled.train_step
-    memory_bytes, memory_source = measure.peak_memory(train_compiled)
+    memory_bytes, memory_source = measure.peak_memory(train_compiled, before=peak_before)
     train_rate = progress.train_steps / progress.train_seconds if progress.train_seconds else None
     return {
         "schema_version": results.SCHEMA_VERSION,

@@ -32,6 +32,33 @@ def test_peak_memory_names_its_source():
     assert source == expected
 
 
+class _DeviceWithPeak:
+    """A device whose statistics report a fixed peak (as a GPU's memory_stats does)."""
+
+    def __init__(self, peak):
+        self.peak = peak
+
+    def memory_stats(self):
+        return {"peak_bytes_in_use": self.peak, "bytes_limit": 10**12}
+
+
+def test_peak_memory_is_the_steps_only_if_they_raised_the_device_peak():
+    compiled = compile_matmul(64)
+    analysis = measure.compiled_memory_bytes(compiled)
+    device = _DeviceWithPeak(5_000_000)
+    # The steps raised the peak above what compiling left: the device's figure is theirs.
+    assert measure.peak_memory(compiled, device, before=1_000_000) == (
+        5_000_000,
+        measure.MEMORY_SOURCE_DEVICE,
+    )
+    # Compiling (e.g. the GPU autotuner's trial buffers) set a peak the steps never reached.
+    assert measure.peak_memory(compiled, device, before=5_000_000) == (
+        analysis,
+        measure.MEMORY_SOURCE_COMPILED,
+    )
+    assert measure.peak_memory(compiled, device) == (5_000_000, measure.MEMORY_SOURCE_DEVICE)
+
+
 def test_cpu_memory_flag_is_set_for_the_tests():
     import os
 
