@@ -18,20 +18,21 @@
 #                       official setting (fits -> then fails on the missing data, expected), and
 #                       at trainer.batch_size=2048 (does not fit -> the error names the
 #                       grad_accum/remat overrides found by compiling)
-#   6. bench.txt        lra-bench of the Figure-1 models at lengths 1024..4096 (bench.windows=3),
-#                       one model at a time (timeout 60 s each); records in bench/; after the
-#                       Transformer, the Transformer in bf16 without attention dropout (cuDNN's
-#                       fused attention under `implementation: auto`), records in bench_bf16/.
-#                       Models that would start past the time budget are skipped and named.
+#   6. bench.txt        lra-bench of the Transformer in bf16 without attention dropout (cuDNN's
+#                       fused attention under `implementation: auto`) at 1024 and 4096, records
+#                       in bench_bf16/; then of the Figure-1 models at lengths 1024, 2048, 4096
+#                       (bench.windows=3) in one process, round-robin, until the deadline;
+#                       records in bench/.
 #      compare_pytorch.txt/.json
 #                       if time is left and PyTorch imports: scripts/compare_pytorch.py with the
 #                       twin on CUDA (transformer, transnormer_t2, performer at 1024 and 4096)
 #   7. summary.txt      each step's exit status, verdict and seconds (also printed)
 # Hydra's run folders (with each step's lra.log) go to hydra/.
 #
-# How long: about 8 minutes on one H200; no step starts after LRA_GPU_CHECK_DEADLINE_S
-# (default 480 s) and each step's timeout is cut to the time left, so the script ends within
-# about 8 minutes even when steps hang.
+# How long: about 9 minutes on one H200; no step starts after LRA_GPU_CHECK_DEADLINE_S
+# (default 540 s) and each step's timeout is cut to the time left, so the script ends within
+# about 9 minutes even when steps hang. First run (2026-12-04, H200, 510 s deadline):
+# results/nvidia-h200/README.md says what it found and what changed since.
 #
 # How to run (from anywhere; it works in the repository root):
 #   scripts/gpu_check.sh                          # on the GPU machine
@@ -44,7 +45,7 @@
 # deadline; about 10 minutes on 2 loaded cores. The tests keep their 150 s timeout, which a
 # CPU runs past.
 # Under this workplace's device tool, with the wheels below carried:
-#   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=560)
+#   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=590)
 # If $OUT is set (the device tool's folder of files that come back), results/<device>/ is packed
 # into $OUT/gpu_check_<device>.tar.gz (checkpoints left out) after every step, with
 # $OUT/summary.txt, so a run cut short still returns what it finished.
@@ -80,6 +81,7 @@ dry_run="${LRA_GPU_CHECK_DRY_RUN:-0}"
 if [[ -n $dry_run ]]; then
   deadline="${LRA_GPU_CHECK_DEADLINE_S:-900}"   # a loaded 2-core CPU is slow; still bounded
   lengths="[256]"
+  bf16_lengths="[256]"
   models=(transformer performer)
   bench_extra=(batch_size=2 bench.warmup_steps=1 bench.steps_per_window=1)  # as figure1.sh --tiny
   preflight_timeout=240  # the batch-2048 search compiles ~8 variants: ~2 minutes on 2 loaded cores
@@ -89,8 +91,9 @@ if [[ -n $dry_run ]]; then
   compare_lengths=256
   compare_extra=(--batch-size 2 --rounds 1 --steps 1 --warmup 1 --attention-dropout 0)
 else
-  deadline="${LRA_GPU_CHECK_DEADLINE_S:-480}"
-  lengths="[1024,2048,3072,4096]"
+  deadline="${LRA_GPU_CHECK_DEADLINE_S:-540}"
+  lengths="[1024,2048,4096]"
+  bf16_lengths="[1024,4096]"
   bench_extra=()
   preflight_timeout=120
   models=(transformer transnormer_t1 transnormer_t2 performer cosformer flash ls linformer
@@ -355,25 +358,30 @@ done
 # ---------------------------------------------------------------- 5. pre-flight
 # Only the pre-flight's own lines matter: "pre-flight: the train step needs X of Y (source)"
 # (fits; the run then stops on the missing data: expected), or "... needs X but <source> is Y;
-# compiling lower-memory settings" followed by the error naming what fits (or that nothing does).
+# compiling lower-memory settings" (or "compiling the steps ran out of device memory", as
+# batch 2048 did on the H200: the GPU autotuner allocates while compiling) followed by the
+# error naming what fits (or that nothing does).
 empty_dir="$tmp/empty"
 mkdir -p "$empty_dir"
 : >"$out/preflight.txt"
 preflight() {  # preflight NAME EXPECT(any|not-fit) OVERRIDES...
-  local name=$1 expect=$2 lines new verdict ok=0
+  local name=$1 expect=$2 lines new verdict why fix ok=0
   shift 2
   lines=$(wc -l <"$out/preflight.txt")
   run_step "$name" "$preflight_timeout" "$out/preflight.txt" \
     "${lra_train[@]}" model=transformer "data_dir=$empty_dir" "results_dir=$tmp/preflight_runs" \
     trainer.progress=false "hydra.run.dir=$out/hydra/$name" "$@"
   new=$(tail -n +"$((lines + 1))" "$out/preflight.txt")
-  if grep -q "per device (XLA compiled memory analysis)" <<<"$new"; then
-    verdict="does not fit; $(grep -o 'these overrides fit.*\|no grad_accum/remat setting fits' \
-      <<<"$new" | head -n 1 | sed 's/; trainer.preflight=false.*//')"
+  if grep -q "these overrides fit\|no grad_accum/remat setting fits" <<<"$new"; then
+    why=$(grep -o "per device (XLA compiled memory analysis)\|do not compile in the device.s \
+memory" <<<"$new")
+    fix=$(grep -o 'these overrides fit.*\|no grad_accum/remat setting fits' <<<"$new")
+    verdict="does not fit ($(head -n 1 <<<"$why")); $(head -n 1 <<<"$fix" \
+      | sed 's/; trainer.preflight=false.*//')"
     ok=1
-  elif grep -q "^pre-flight: the train step needs .* but " <<<"$new"; then
+  elif grep -q "^pre-flight: .* but \|^pre-flight: compiling the steps ran out" <<<"$new"; then
     verdict="does not fit; the search for fitting settings did not finish"
-  elif grep -q "^pre-flight: the train step needs" <<<"$new"; then
+  elif grep -q "^pre-flight: the .* step needs" <<<"$new"; then
     verdict="fits: $(grep -o 'needs .*' <<<"$new" | head -n 1)"
     [[ $expect != not-fit ]] && ok=1
   elif [[ $last_rc == skipped ]]; then
@@ -395,38 +403,33 @@ else
 fi
 
 # ---------------------------------------------------------------- 6. benchmark
-# Every model as lra-bench runs it by default (float32: softmax attention on its plain path),
-# then the Transformer in bf16 without attention dropout, where `implementation: auto` picks
-# cuDNN's fused attention (issue 15, item 3): its records' softmax_implementation says which ran.
+# First the Transformer in bf16 without attention dropout, where `implementation: auto` picks
+# cuDNN's fused attention (issue 15, item 3; its records' softmax_implementation says which
+# ran). Then every Figure-1 model as lra-bench runs it by default (float32), in one process,
+# round-robin (each length: every model), until the deadline. One process, not one per length
+# (bench.isolate=false): on the H200 each cell compiled for 10-17 s (XLA's GPU autotuning),
+# and one fresh process per length ran only 2-3 lengths of a model per minute. A cell whose
+# steps did not raise the process's device peak records its compiled memory instead
+# (memory_source says which), so no cell reports another's memory.
 rm -f "$out/bench.txt"
-bench_names=()
-bench_args=()
-for model in "${models[@]}"; do
-  bench_names+=("bench_$model")
-  bench_args+=("model=$model results_dir=$out/bench")
-  if [[ $model == transformer ]]; then
-    bench_names+=("bench_transformer_bf16")
-    bench_args+=("model=transformer trainer.precision=bf16 task.arch.attention_dropout=0
-      results_dir=$out/bench_bf16")
-  fi
-done
-skipped=()
-for i in "${!bench_names[@]}"; do
-  name=${bench_names[$i]}
-  if ((deadline - SECONDS < min_bench_s)); then
-    skipped+=("$name")
-    record "$name" skipped 0 "past the ${deadline}s deadline" 0
-    continue
-  fi
-  read -r -a overrides <<<"$(tr '\n' ' ' <<<"${bench_args[$i]}")"
-  run_and_record "$name" 60 "$out/bench.txt" \
-    "${lra_bench[@]}" "${overrides[@]}" "lengths=$lengths" bench.windows=3 "${bench_extra[@]}" \
-    "hydra.run.dir=$out/hydra/$name"
-done
-if ((${#skipped[@]})); then
-  echo "# skipped (under ${min_bench_s}s left before the ${deadline}s deadline): ${skipped[*]}" \
-    >>"$out/bench.txt"
-fi
+count_records() { find "$1" -name '*.json' 2>/dev/null | wc -l; }
+bench_step() {  # bench_step NAME TIMEOUT_S RESULTS_DIR OVERRIDES...
+  local name=$1 limit=$2 dir=$3 verdict ok=0
+  shift 3
+  run_step "$name" "$limit" "$out/bench.txt" "${lra_bench[@]}" "$@" "results_dir=$dir" \
+    bench.windows=3 "${bench_extra[@]}" "hydra.run.dir=$out/hydra/$name"
+  case $last_rc in
+    0) verdict="ok, $(count_records "$dir") records"; ok=1 ;;
+    skipped) verdict="past the deadline" ;;
+    124|137) verdict="timed out after $(count_records "$dir") records" ;;
+    *) verdict="failed after $(count_records "$dir") records" ;;
+  esac
+  record "$name" "$last_rc" "$last_seconds" "$verdict" "$ok"
+}
+bench_step bench_transformer_bf16 90 "$out/bench_bf16" model=transformer trainer.precision=bf16 \
+  task.arch.attention_dropout=0 "lengths=$bf16_lengths"
+bench_step bench 600 "$out/bench" "models=[$(IFS=,; echo "${models[*]}")]" "lengths=$lengths" \
+  bench.isolate=false
 
 # ---------------------------------------------------------------- 6b. PyTorch side by side
 # If time is left and the machine's Python has PyTorch: scripts/compare_pytorch.py on the GPU
