@@ -45,6 +45,7 @@ from lra.steps import (
     compile_steps,
     compile_train_variant,
     layers_description,
+    softmax_implementations,
 )
 from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
@@ -513,6 +514,7 @@ def _record(
         "peak_memory_bytes": memory_bytes,
         "memory_source": memory_source,
         "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
+        "softmax_implementation": softmax_implementations(cfg),
         "flops_per_step": compiled.flops_per_step,
         "num_params": compiled.num_params,
         "compile_seconds": compiled.compile_seconds,

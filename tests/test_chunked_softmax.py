@@ -145,10 +145,13 @@ def test_the_flop_count_is_the_formulas_not_the_loops():
             *SMALL_RUN,
             f"+model.attention_options.softmax.implementation={implementation}",
             "+model.attention_options.softmax.block_size=8",
+            "task.arch.attention_dropout=0",  # the fused path has none
         )
         return compile_steps(cfg, abstract_batch(cfg.task, 4), evaluate=False)
 
-    chunked, plain = compiled("chunked"), compiled("plain")
+    chunked, plain, fused = compiled("chunked"), compiled("plain"), compiled("fused")
     assert "flops" in chunked.compile_seconds and "flops" not in plain.compile_seconds
     assert chunked.flops_per_step == plain.flops_per_step
     assert measure.compiled_flops(chunked.train_step) < 0.9 * plain.flops_per_step
+    # A fused call (cuDNN on a GPU) is counted as the formula too.
+    assert "flops" in fused.compile_seconds and fused.flops_per_step == plain.flops_per_step
