@@ -333,9 +333,10 @@ def compile_steps(
     ``example_batch`` may be arrays or :func:`abstract_batch` shapes. With a
     ``topology`` (:mod:`lra.parallel`) the state is replicated on its mesh and the
     batch split over its ``data`` axis; without, everything is on the default device.
-    ``train=False`` or ``evaluate=False`` leaves that step out (None). With chunked
-    softmax layers, counting the FLOPs compiles the plain formula too (``_formula_flops``);
-    ``count_flops=False`` skips that (``flops_per_step`` is then XLA's count as it is).
+    ``train=False`` or ``evaluate=False`` leaves that step out (None). With softmax
+    layers on a chunked or fused path, counting the FLOPs compiles the plain formula too
+    (``_formula_flops``); ``count_flops=False`` skips that (``flops_per_step`` is then
+    XLA's count as it is).
     """
     model = build_model(cfg, nnx.Rngs(params=jax.random.key(int(cfg.seed))))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
