@@ -14,17 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TWIN_TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "compare_pytorch.py"
-# 2 layers (TransNormer's split then has one Diag and one Norm layer), length 64, batch 2.
-TINY = [
-    "task.arch.num_layers=2",
-    "task.arch.dim=32",
-    "task.arch.qkv_dim=32",
-    "task.arch.num_heads=2",
-    "task.arch.mlp_dim=64",
-]
+TINY = TWIN_TINY  # length 64, batch 2
 LENGTH, BATCH = 64, 2
 
 

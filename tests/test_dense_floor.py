@@ -1,0 +1,90 @@
+"""scripts/dense_floor.py: the Figure-1 step without attention, in the harness and the twin.
+
+The floor is only evidence if it is what it says: every layer's Q/K/V/output projections
+still run forward and backward (so the step keeps all of the dense layers' FLOPs) while no
+position mixes with another; and, with PyTorch, its twin gives the harness's logits.
+"""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from conftest import TWIN_TINY
+from flax import nnx
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = TWIN_TINY  # length 64, batch 2
+LENGTH, BATCH = 64, 2
+
+
+@pytest.fixture(scope="module")
+def floor():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("dense_floor")  # registers value_only once
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_value_only_is_the_output_projection_of_the_values(floor):
+    layer = floor.ValueOnly(dim=32, num_heads=2, max_len=LENGTH, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(1), (BATCH, LENGTH, 32))
+    mask = np.ones((BATCH, LENGTH), bool)
+    expected = layer.out(layer.value(x))
+    np.testing.assert_allclose(layer(x, mask=mask), expected, rtol=1e-6, atol=1e-6)
+    # position i depends on x[i] only: changing the last token changes only the last output
+    changed = layer(x.at[:, -1].add(1.0), mask=mask)
+    np.testing.assert_array_equal(changed[:, :-1], layer(x, mask=mask)[:, :-1])
+    assert not np.allclose(changed[:, -1], expected[:, -1])
+
+
+def test_floor_step_keeps_every_dense_layer_and_drops_attention(floor):
+    from lra.steps import abstract_batch, compile_steps
+
+    def flops(overrides):
+        cfg = floor.cp.compose_config("transnormer_t2", LENGTH, BATCH, [*TINY, *overrides])
+        compiled = compile_steps(cfg, abstract_batch(cfg.task, BATCH), evaluate=False)
+        return compiled.flops_per_step
+
+    floor_flops = flops(floor.FLOOR_OVERRIDES)
+    tokens, dim, mlp, layers = BATCH * (LENGTH + 1), 32, 64, 2  # + 1: the CLS token
+    # forward matmuls of Q, K, V, out and the MLP, then two of the same size backward
+    dense = 3 * layers * tokens * (4 * 2 * dim * dim + 2 * 2 * dim * mlp)
+    assert floor_flops >= dense
+    assert floor_flops < flops([])  # the attention's own work is gone
+
+
+def test_floor_twin_gives_the_harness_logits(floor):
+    pytest.importorskip("torch")
+    import torch
+
+    result = floor.cp.check_model(
+        "transnormer_t2", LENGTH, BATCH, [*TINY, *floor.FLOOR_OVERRIDES], 1e-4, torch.device("cpu")
+    )
+    assert result["ok"], result
+    assert result["max_abs_logit"] > 0.01
+
+
+def test_without_torch_the_script_names_the_extra(floor, monkeypatch, capsys):
+    monkeypatch.setattr(floor.cp, "TORCH_IMPORT_ERROR", "ImportError: no torch")
+    assert floor.main(["--lengths", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "[compare]" in err[0], err
+
+
+def test_smoke_times_full_and_floor_side_by_side(floor, tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "floor.json"
+    argv = ["--lengths", "32", "--rounds", "2", "--steps", "1", "--warmup", "0"]
+    assert floor.main([*argv, "--out", str(out), *TINY]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads(out.read_text())
+    assert saved["table"] in printed and "| 32 |" in saved["table"]
+    assert sorted(r["variant"] for r in saved["rows"]) == ["floor", "full"]
+    for row in saved["rows"]:
+        assert len(row["harness"]) == len(row["torch"]) == 2
+        assert all(rate > 0 for rate in row["harness"] + row["torch"])
