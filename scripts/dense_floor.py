@@ -7,9 +7,11 @@ step WITHOUT attention, next to the full model: every layer's mechanism is repla
 ``value_only``, which keeps the four projections (forward and backward) and returns
 ``out(V + 0 * (Q + K))`` (no mixing over positions; ``0 * (Q + K)`` keeps Q and K in the
 gradient, as floats are not folded). Everything else is the model of ``--model``:
-embeddings, LayerNorms, MLP, dropout, pooling, loss and AdamW. If the harness's floor is
-below 1.5x the PyTorch twin's full model, no attention implementation can reach that ratio
-on this machine.
+embeddings, LayerNorms, MLP, dropout, pooling, loss and AdamW. FLASH and FLASH_quad, whose
+gated unit replaces the MLP, get ``gau_value_only`` instead: the unit's projections (U, V,
+the shared Z and its offset/scales) and ``out(U * V)``, without the attention that mixes V.
+If the harness's floor is below 1.5x the PyTorch twin's full model, no attention
+implementation can reach that ratio on this machine.
 
 Built on ``scripts/compare_pytorch.py`` (its twin, logits check and timing cells): first
 the twin's logits must equal the harness's for the full model and the floor at every length
@@ -37,11 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare_pytorch as cp  # noqa: E402  (a sibling script, not a package)
 
 from models.attention.common import MultiHeadAttention  # noqa: E402
+from models.attention.flash import FlashAttention  # noqa: E402
 from models.registry import register  # noqa: E402
 
 FLOOR = "value_only"
-# The overrides that turn any model of configs/model into its floor (every layer value_only).
+GAU_FLOOR = "gau_value_only"
+# The overrides that turn a model of configs/model into its floor (every layer value_only);
+# a model of gated attention units (FLASH: no MLP) gets gau_value_only instead.
 FLOOR_OVERRIDES = (f"model.attention={FLOOR}", "model.attention_options={}")
+GAU_FLOOR_OVERRIDES = (f"model.attention={GAU_FLOOR}", "model.attention_options={}")
+GAU_MODELS = ("flash", "flash_quad")
 
 
 @register(FLOOR)
@@ -62,7 +69,38 @@ class ValueOnly(MultiHeadAttention):
         return self.out(self._merge(v + 0 * (q + k)))
 
 
+@register(GAU_FLOOR)
+class GatedValueOnly(FlashAttention):
+    """FLASH's gated unit without attention: out(U * (V + 0 * sum of the Z parts)).
+
+    Keeps every projection of the unit (U, V, the shared Z and its four offset/scales) forward
+    and backward, with FLASH's default sizes (expansion 2, shared_dim 128). x float[B, L, D]
+    -> float[B, L, D]; U, V float[B, L, e], the Z parts float[B, L, s].
+    """
+
+    kind = GAU_FLOOR
+
+    def __call__(self, x, *, mask, deterministic=True, rngs=None):
+        self._check_call(x, mask, deterministic, rngs)
+        u, v, parts = self._project(x)
+        return self.out(u * (v + 0 * sum(part.sum(-1, keepdims=True) for part in parts)))
+
+
+def floor_overrides(model: str) -> tuple[str, ...]:
+    """The overrides that make ``model``'s floor."""
+    return GAU_FLOOR_OVERRIDES if model in GAU_MODELS else FLOOR_OVERRIDES
+
+
 if cp.nn is not None:
+
+    class TwinGatedValueOnly(cp.FlashAttention):
+        """PyTorch twin of :class:`GatedValueOnly`."""
+
+        def forward(self, x, mask):
+            u, v, parts = self.project(x)
+            return self.out(u * (v + 0 * sum(part.sum(-1, keepdim=True) for part in parts)))
+
+    cp.TWIN_ATTENTION[GAU_FLOOR] = TwinGatedValueOnly
 
     class TwinValueOnly(cp.MultiHead):
         """PyTorch twin of :class:`ValueOnly`."""
@@ -107,7 +145,8 @@ def main(argv=None) -> int:
     measure.configure_cpu_memory_analysis()  # as lra-bench, before JAX starts a backend
     device = cp.torch.device("cpu")
     cp.torch.set_num_threads(len(os.sched_getaffinity(0)))
-    variants = {"full": list(args.overrides), "floor": [*args.overrides, *FLOOR_OVERRIDES]}
+    floor = floor_overrides(args.model)
+    variants = {"full": list(args.overrides), "floor": [*args.overrides, *floor]}
     try:
         for length in args.lengths:
             for name, overrides in variants.items():
@@ -141,7 +180,7 @@ def main(argv=None) -> int:
         return 2
     print(
         f"\n{args.model}, batch {args.batch_size}, train steps/s, min-max over {args.rounds} "
-        f"rounds of {args.steps} steps; floor = every attention layer value_only"
+        f"rounds of {args.steps} steps; floor = every attention layer {floor[0].split('=')[1]}"
     )
     lines = [
         "| length | harness full | harness floor | PyTorch full | PyTorch floor "

@@ -58,15 +58,34 @@ def test_floor_step_keeps_every_dense_layer_and_drops_attention(floor):
     assert floor_flops < flops([])  # the attention's own work is gone
 
 
+def test_gau_floor_keeps_the_unit_projections_and_drops_attention(floor):
+    from lra.steps import abstract_batch, compile_steps
+
+    assert floor.floor_overrides("flash") == floor.GAU_FLOOR_OVERRIDES
+    assert floor.floor_overrides("transnormer_t2") == floor.FLOOR_OVERRIDES
+
+    def flops(overrides):
+        cfg = floor.cp.compose_config("flash", LENGTH, BATCH, [*TINY, *overrides])
+        compiled = compile_steps(cfg, abstract_batch(cfg.task, BATCH), evaluate=False)
+        return compiled.flops_per_step
+
+    floor_flops = flops(floor.GAU_FLOOR_OVERRIDES)
+    tokens, dim, layers, e, s = BATCH * (LENGTH + 1), 32, 2, 64, 128  # expansion 2, shared 128
+    # forward matmuls of U and V (dim -> 2e), Z (dim -> s) and out (e -> dim), then backward
+    dense = 3 * layers * tokens * 2 * dim * (2 * e + s + e)
+    assert floor_flops >= dense
+    assert floor_flops < flops([])
+
+
 def test_floor_twin_gives_the_harness_logits(floor):
     pytest.importorskip("torch")
     import torch
 
-    result = floor.cp.check_model(
-        "transnormer_t2", LENGTH, BATCH, [*TINY, *floor.FLOOR_OVERRIDES], 1e-4, torch.device("cpu")
-    )
-    assert result["ok"], result
-    assert result["max_abs_logit"] > 0.01
+    for model in ("transnormer_t2", "flash"):
+        overrides = [*TINY, *floor.floor_overrides(model)]
+        result = floor.cp.check_model(model, LENGTH, BATCH, overrides, 1e-4, torch.device("cpu"))
+        assert result["ok"], result
+        assert result["max_abs_logit"] > 0.01
 
 
 def test_without_torch_the_script_names_the_extra(floor, monkeypatch, capsys):
