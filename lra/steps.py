@@ -138,6 +138,17 @@ def _weighted_metrics(logits, batch):
     return jnp.sum(losses * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
+def _summed_over(fn, xs):
+    """The sum of ``fn(x)`` (a pytree) over the leading axis of ``xs``, in a ``lax.scan``."""
+    first = jax.tree.map(lambda x: x[0], xs)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, first))
+
+    def add(totals, x):
+        return jax.tree.map(jnp.add, totals, fn(x)), None
+
+    return jax.lax.scan(add, zeros, xs)[0]
+
+
 def _micro_batches(batch, grad_accum: int):
     """``batch`` as ``grad_accum`` micro-batches stacked on a new leading axis.
 
@@ -185,18 +196,13 @@ def make_steps(
             (loss_sum, (correct, count)), grads = sums_and_grads(params, batch, dropout_key)
             return loss_sum, correct, count, grads
 
-        def accumulate(carry, micro):
+        def micro_sums(micro):
             index, micro_batch = micro
             key = jax.random.fold_in(dropout_key, index)
-            (loss_sum, (correct, count)), grads = sums_and_grads(params, micro_batch, key)
-            totals, grad_sum = carry
-            totals = (totals[0] + loss_sum, totals[1] + correct, totals[2] + count)
-            return (totals, jax.tree.map(jnp.add, grad_sum, grads)), None
+            return sums_and_grads(params, micro_batch, key)
 
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        start = ((jnp.zeros(()), jnp.zeros(()), jnp.zeros(())), zeros)
         micro = (jnp.arange(grad_accum), _micro_batches(batch, grad_accum))
-        ((loss_sum, correct, count), grads), _ = jax.lax.scan(accumulate, start, micro)
+        (loss_sum, (correct, count)), grads = _summed_over(micro_sums, micro)
         return loss_sum, correct, count, grads
 
     def train_step(state: TrainState, batch, key):
@@ -224,16 +230,9 @@ def make_steps(
         rows = jax.tree.leaves(batch)[0].shape[0]
         if grad_accum == 1 or rows % grad_accum:
             return eval_sums(params, batch)
-        micro = _micro_batches(batch, grad_accum)
-        first = jax.tree.map(lambda x: x[0], micro)
-        zeros = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(eval_sums, params, first)
+        return _summed_over(
+            lambda micro: eval_sums(params, micro), _micro_batches(batch, grad_accum)
         )
-
-        def add(totals, micro_batch):
-            return jax.tree.map(jnp.add, totals, eval_sums(params, micro_batch)), None
-
-        return jax.lax.scan(add, zeros, micro)[0]
 
     return train_step, eval_step
 
