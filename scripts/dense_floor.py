@@ -29,7 +29,6 @@ dropout is 0 (the floor has no attention weights to drop).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -131,10 +130,6 @@ def parse_args(argv=None):
     return args
 
 
-def _span(values) -> str:
-    return f"{min(values):.3g}-{max(values):.3g}"
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if cp.TORCH_IMPORT_ERROR is not None:
@@ -188,19 +183,17 @@ def main(argv=None) -> int:
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for length in args.lengths:
-        full, floor = rates[(length, "full")], rates[(length, "floor")]
-        share = [f / (1.5 * t) for f, t in zip(floor["harness"], full["torch"], strict=True)]
-        lines.append(
-            f"| {length} | {_span(full['harness'])} | {_span(floor['harness'])} "
-            f"| {_span(full['torch'])} | {_span(floor['torch'])} | {_span(share)} |"
-        )
+        full, bare = rates[(length, "full")], rates[(length, "floor")]
+        share = [f / (1.5 * t) for f, t in zip(bare["harness"], full["torch"], strict=True)]
+        spans = [
+            cp._span(r) for r in (full["harness"], bare["harness"], full["torch"], bare["torch"])
+        ]
+        lines.append(f"| {length} | {' | '.join(spans)} | {cp._span(share)} |")
     table = "\n".join(lines) + "\n"
     print(table, end="")
     if args.out:
         rows = [{"length": k[0], "variant": k[1], **v} for k, v in rates.items()]
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"model": args.model, "table": table, "rows": rows}
-        args.out.write_text(json.dumps(payload, indent=1))
+        cp._write_json(args.out, {"model": args.model, "table": table, "rows": rows})
         print(f"wrote {args.out}")
     return 0
 

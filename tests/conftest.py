@@ -32,7 +32,6 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from lra.cli import CONFIG_DIR  # noqa: E402
 from lra.data.tasks import prepare_task  # noqa: E402
 
-# A ListOps-tiny data set small enough to generate in a second.
 # The Figure-1 model shrunk for the PyTorch-twin scripts' tests (compare_pytorch, dense_floor):
 # 2 layers (TransNormer's split then has one Diag and one Norm layer).
 TWIN_TINY = [
@@ -42,6 +41,7 @@ TWIN_TINY = [
     "task.arch.num_heads=2",
     "task.arch.mlp_dim=64",
 ]
+# A ListOps-tiny data set small enough to generate in a second.
 SMALL_DATA = [
     "task.generator.num_train=256",
     "task.generator.num_val=64",

@@ -58,8 +58,6 @@ def _one_cpu_device_run(data_dir, results_dir) -> dict:
     test run, as in scripts/gpu_check.sh) in a CPU worker like the 2-device run, since the
     same steps on a GPU differ from the CPU's in the 5th digit (TF32 matmuls; seen on an H200).
     """
-    import jax
-
     if jax.default_backend() == "cpu":
         return train_small(data_dir, results_dir)
     return _result(_start_worker(data_dir, results_dir, 1))
