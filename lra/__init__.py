@@ -1,8 +1,9 @@
-"""The Long-Range Arena harness: data, training loop, measurement, results."""
+"""The Long-Range Arena harness: data, models, training loop, measurement, records, report.
 
-from pathlib import Path
+Subpackages, lowest layer first (``pyproject.toml``'s import-linter contract holds the order):
+``config`` (schema, compose, setting, identity), ``data`` / ``models`` / ``device`` (what the
+backend measures), ``record`` (the store), ``run`` / ``track``, ``train``, ``measure`` /
+``report``, and ``cli``.
+"""
 
 __version__ = "0.1.0"
-
-#: The Hydra config folder every entry point composes from (``configs/`` beside ``lra/``).
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")

@@ -7,14 +7,14 @@ composes ``configs/bench.yaml``, each with the ``model``, ``task`` and
 ``trainer.num_steps=10``, ``data_dir=...``) and Hydra's ``--help`` and ``-m``
 (multirun) work the same way in all of them; ``lra-eval`` composes
 ``configs/eval.yaml``. Before an app starts, the command line's config is
-checked against the typed schema (:mod:`lra.config_schema`): an unknown key, a
+checked against the typed schema (:mod:`lra.config.schema`): an unknown key, a
 value of the wrong type or a missing value is one ``error:`` line and exit
 status 2, before Hydra, JAX or any data starts; each app checks its job's config
 again (in a sweep, a failing job's row). A user-facing error (:class:`LRAError`) prints one line,
 ``error: <what is wrong and what to do>``, and exits with status 2; a run stopped
 by a signal prints one line saying how to resume and exits with 128 + the
 signal number; a second Ctrl-C exits at once with 130. In ``lra-train -m`` a
-failing job is written down and the sweep goes on (:mod:`lra.sweep`).
+failing job is written down and the sweep goes on (:mod:`lra.run.sweep`).
 """
 
 import argparse
@@ -27,10 +27,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-# lra.cluster and lra.measure import JAX: they are imported where used, so that the config
-# check (lra.config_schema) answers before JAX is even imported.
-from lra import CONFIG_DIR, config_schema, sweep
+from lra.config import schema
+
+# lra.run.cluster and lra.device.measure import JAX: they are imported where used, so that
+# the config check (lra.config.schema) answers before JAX is even imported.
+from lra.config.compose import CONFIG_DIR
 from lra.errors import LRAError
+from lra.run import sweep
 from lra.run.signals import Interrupted, rerun_command, terminate_raises_interrupt
 
 log = logging.getLogger("lra.cli")
@@ -74,10 +77,10 @@ def summarize(record: dict) -> str:
 
 def _on_own_gpu(train):
     """``train``, preceded by taking this process's own GPU under the joblib launcher
-    (:func:`lra.cluster.pin_local_gpu`, before JAX starts); a failure is the job's row."""
+    (:func:`lra.run.cluster.pin_local_gpu`, before JAX starts); a failure is the job's row."""
 
     def job(cfg):
-        from lra import cluster
+        from lra.run import cluster
 
         cluster.pin_local_gpu()
         return train(cfg)
@@ -90,7 +93,7 @@ def _checked(train):
     schema error is its failed row, like any other user error of the job)."""
 
     def job(cfg):
-        config_schema.validate(cfg)
+        schema.validate(cfg)
         return train(cfg)
 
     return job
@@ -99,12 +102,12 @@ def _checked(train):
 def _train(cfg):
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
-        config_schema.validate(cfg)
+        schema.validate(cfg)
     if cfg.trainer.get("remat"):
-        from lra import measure
+        from lra.device import measure
 
         measure.configure_cpu_remat()  # before the backend starts (a single run)
-    from lra.train import train_and_evaluate
+    from lra.train.loop import train_and_evaluate
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
     if multirun:
@@ -119,7 +122,7 @@ def _folder_bytes(path: Path) -> int:
 
 
 def _data(cfg):
-    config_schema.validate(cfg)
+    schema.validate(cfg)
     from lra.data.tasks import prepare_task, resolve_data_dir
 
     data_dir = resolve_data_dir(cfg.data_dir)
@@ -144,20 +147,20 @@ def bench_line(record: dict) -> str:
 
 
 def _bench(cfg):
-    config_schema.validate(cfg)
+    schema.validate(cfg)
     if cfg.trainer.get("remat"):
-        from lra import measure
+        from lra.device import measure
 
         measure.configure_cpu_remat()
-    from lra.bench import run_benchmark
+    from lra.measure.bench import run_benchmark
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     run_benchmark(cfg, on_record=lambda record: print(bench_line(record), flush=True))
 
 
 def _eval(cfg):
-    config_schema.validate(cfg)
-    from lra.evaluate import evaluate_run
+    schema.validate(cfg)
+    from lra.train.evaluate import evaluate_run
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     out = evaluate_run(cfg.run, cfg.split, cfg.checkpoint, cfg.data_dir)
@@ -187,8 +190,8 @@ def _eval_app(cfg):
 
 
 def _smoke(cfg):
-    config_schema.validate(cfg)
-    from lra.smoke import run_smoke
+    schema.validate(cfg)
+    from lra.measure.smoke import run_smoke
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     return run_smoke(cfg)
@@ -202,7 +205,7 @@ def _smoke_app(cfg):
 
 
 def _configure_cpu_memory_analysis():
-    from lra import measure
+    from lra.device import measure
 
     measure.configure_cpu_memory_analysis()
 
@@ -212,7 +215,7 @@ def train_main():
 
     After a sweep (``-m``) with a failed job, exits with status 1.
     """
-    config_schema.check_command_line("config")
+    schema.check_command_line("config")
     _configure_cpu_memory_analysis()
     try:
         _train_app()
@@ -230,21 +233,21 @@ def train_main():
 
 def eval_main():
     """``lra-eval``: evaluate the saved model of a run folder on one split."""
-    config_schema.check_command_line("eval")
+    schema.check_command_line("eval")
     _eval_app()
 
 
 def smoke_main():
     """``lra-smoke``: a few training steps of each chosen model on each tiny task, as a table;
     exits 1 if a loss is not finite or listops_tiny does not beat its majority class."""
-    config_schema.check_command_line("smoke")
+    schema.check_command_line("smoke")
     _configure_cpu_memory_analysis()
     _smoke_app()
 
 
 def data_main():
     """``lra-data``: prepare the data of one task into ``data_dir``."""
-    config_schema.check_command_line("config")
+    schema.check_command_line("config")
     try:
         _data_app()
     except KeyboardInterrupt:
@@ -259,7 +262,7 @@ def data_main():
 
 def bench_main():
     """``lra-bench``: speed and memory of one model over sequence lengths, as records."""
-    config_schema.check_command_line("bench")
+    schema.check_command_line("bench")
     _configure_cpu_memory_analysis()
     _bench_app()
 
@@ -291,8 +294,8 @@ def check_attention_main(argv=None):
     Prints one line per check and exits 0 if none failed, 1 if one did, 2 if the mechanism
     cannot be loaded (unknown name, import error, wrong signature, name clash).
     """
-    from lra import conformance
-    from models import RegistryError
+    from lra.measure import conformance
+    from lra.models import RegistryError
 
     parser = argparse.ArgumentParser(
         prog="lra-check-attention",

@@ -3,9 +3,9 @@
 Nothing here knows a dataset; the harness in ``lra`` builds models from configs.
 """
 
-import models.attention  # noqa: F401  (registers every mechanism)
-from models import registry
-from models.encoder import (
+import lra.models.attention  # noqa: F401  (registers every mechanism)
+from lra.models import registry
+from lra.models.encoder import (
     Classifier,
     DualClassifier,
     build_classifier,
@@ -13,7 +13,7 @@ from models.encoder import (
     resolve_schedule,
     sinusoidal_positions,
 )
-from models.registry import RegistryError, make_attention, names, register
+from lra.models.registry import RegistryError, make_attention, names, register
 
 ATTENTION_NAMES: tuple[str, ...] = names()
 

@@ -41,9 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from models.registry import make_attention
-from models.registry import names as registered_names
+from lra.models.registry import make_attention
+from lra.models.registry import names as registered_names
 
 __all__ = [
     "MLP",

@@ -18,7 +18,7 @@ Shapes: ``x: float[B, L, D]``, ``mask: bool[B, L]`` (True = real token), result
 A class attribute ``replaces_mlp = True`` tells the encoder block that the mechanism is a
 whole layer (a gated attention unit such as FLASH) and the block has no MLP sub-layer.
 ``memory_class`` and ``same_without_padding`` are declarations that ``lra-check-attention``
-(:mod:`lra.conformance`) verifies.
+(:mod:`lra.measure.conformance`) verifies.
 
 A mechanism name is one of three things, looked up in this order:
 

@@ -3,28 +3,28 @@
 The harness's config is the source of truth. For each model (``--models``) and length the
 script composes ``configs/bench.yaml`` with Hydra's compose API (``model=<name>``, the extra
 ``KEY=VALUE`` overrides of the command line, ``task.max_length`` and ``batch_size`` from the
-options), builds the harness classifier (``lra.steps.build_model``) and a PyTorch twin of it
+options), builds the harness classifier (``lra.train.steps.build_model``) and a PyTorch twin of it
 (the classes below: what a competent researcher would write in eager PyTorch, mirroring
 ``models/encoder.py`` and the attention files, dropout placement included), and copies the
 harness's initial weights (``nnx.state`` -> numpy) into the twin by a name mapping per module.
 A harness weight the twin cannot place, or a twin weight left without a harness value, is an
 error.
 
-1. Equality check (always, before any timing): on ``lra.bench.synthetic_batch`` in eval mode
+1. Equality check (always, before any timing): on ``lra.measure.bench.synthetic_batch`` in eval mode
    (no dropout) the twin's logits must equal the harness's within float32 tolerance,
    max |diff| <= tolerance * max(1, max |logit|). Any model that differs: exit 1, nothing
    timed. ``--check-only`` stops after the check.
 2. Timing: train steps/sec (forward + backward + AdamW update) of the harness's compiled
-   train step (``lra.steps.compile_steps``, the step lra-bench times, with the trainer's
+   train step (``lra.train.steps.compile_steps``, the step lra-bench times, with the trainer's
    optimizer) and of the twin (``torch.optim.AdamW`` with the trainer's b1, b2, eps and
    weight decay at a constant learning rate), round-robin: for each round, for each length,
    for each model, for each attention-dropout value: the harness (warm-up steps awaited,
    then ``--steps`` timed steps awaited), then the twin (warm-up, then ``--steps`` timed
    steps). The table gives min-max over rounds, the harness's achieved FLOP/s (XLA's
-   FLOPs per train step, ``lra.steps.train_step_flops``, times its steps/sec) and the most
-   CPU other processes took during any of the cell's timings (``lra.machine_load``, in
+   FLOPs per train step, ``lra.train.steps.train_step_flops``, times its steps/sec) and the most
+   CPU other processes took during any of the cell's timings (``lra.device.machine_load``, in
    cores: 0 on a quiet machine). As lra-bench does, the script sets XLA's CPU flag of
-   ``lra.measure.configure_cpu_memory_analysis`` (``--xla-flags default`` leaves XLA's
+   ``lra.device.measure.configure_cpu_memory_analysis`` (``--xla-flags default`` leaves XLA's
    defaults) and uses JAX's persistent compilation cache (``compile_cache.*``).
 
 PyTorch is not a dependency of the harness; install it with the ``compare`` extra::
@@ -691,8 +691,8 @@ def compose_config(model, length, batch_size, overrides=(), attention_dropout=No
     ``batch_size`` and ``task.arch.attention_dropout`` (each left as configured if None)."""
     from hydra.errors import HydraException
 
-    from lra import config_schema
-    from lra.setting import compose_config as compose
+    from lra.config import schema
+    from lra.config.compose import compose_config as compose
 
     for text in overrides:
         key = text.split("=", 1)[0].lstrip("+~")
@@ -710,7 +710,7 @@ def compose_config(model, length, batch_size, overrides=(), attention_dropout=No
     except HydraException as err:
         raise SetupError(f"model={model}: {' '.join(str(err).split())}") from err
     try:
-        config_schema.validate(cfg, "bench")
+        schema.validate(cfg, "bench")
     except Exception as err:
         raise SetupError(f"model={model}: {err}") from err
     return cfg
@@ -719,8 +719,9 @@ def compose_config(model, length, batch_size, overrides=(), attention_dropout=No
 def twin_kwargs(cfg) -> dict:
     """The twin's constructor arguments: the harness's ``model_kwargs`` with the layer
     schedule resolved; a setting the twin cannot mirror is a SetupError."""
-    from lra.steps import model_kwargs
-    from models.encoder import resolve_options, resolve_schedule
+    from lra.models.encoder import resolve_options, resolve_schedule
+
+    from lra.train.steps import model_kwargs
 
     if cfg.trainer.precision != "fp32":
         raise SetupError(
@@ -792,11 +793,11 @@ def load_harness_weights(twin, weights: dict[tuple, np.ndarray]) -> None:
 
 
 def build_harness(cfg):
-    """The harness classifier as lra.steps.compile_steps initialises it (seed cfg.seed)."""
+    """The harness classifier as lra.train.steps.compile_steps initialises it (seed cfg.seed)."""
     import jax
     from flax import nnx
 
-    from lra.steps import build_model
+    from lra.train.steps import build_model
 
     return build_model(cfg, nnx.Rngs(params=jax.random.key(int(cfg.seed))))
 
@@ -845,7 +846,7 @@ def twin_logits(twin, batch, device) -> np.ndarray:
 
 def check_model(model, length, batch_size, overrides, tolerance, device) -> dict:
     """Twin logits against harness logits on one synthetic batch, eval mode."""
-    from lra.bench import synthetic_batch
+    from lra.measure.bench import synthetic_batch
 
     cfg = compose_config(model, length, batch_size, overrides)
     harness = build_harness(cfg)
@@ -879,9 +880,9 @@ class Cell:
     def __init__(self, model, length, batch_size, dropout, overrides, device):
         import jax
 
-        from lra.bench import synthetic_batch
-        from lra.optim import make_schedule
-        from lra.steps import abstract_batch, compile_steps
+        from lra.measure.bench import synthetic_batch
+        from lra.train.optim import make_schedule
+        from lra.train.steps import abstract_batch, compile_steps
 
         self.model, self.length, self.attention_dropout = model, int(length), float(dropout)
         self.device = device
@@ -937,7 +938,7 @@ class Cell:
         """(steps/sec, cores other processes kept busy meanwhile)."""
         import jax
 
-        from lra.machine_load import LoadProbe
+        from lra.device.machine_load import LoadProbe
 
         jax.block_until_ready(self.harness_steps(warmup))
         probe = LoadProbe()
@@ -948,7 +949,7 @@ class Cell:
         return rate, probe.stop()["other_cores"]
 
     def time_twin(self, warmup: int, steps: int) -> tuple[float, float | None]:
-        from lra.machine_load import LoadProbe
+        from lra.device.machine_load import LoadProbe
 
         for _ in range(warmup):
             self.twin_step()
@@ -1207,7 +1208,7 @@ def main(argv=None) -> int:
         )
         return 2
     if args.xla_flags == "lra-bench":
-        from lra import measure
+        from lra.device import measure
 
         measure.configure_cpu_memory_analysis()  # before JAX starts a backend
     try:
@@ -1220,8 +1221,8 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     import jax
 
-    from lra import CONFIG_DIR
-    from lra.compile_cache import configure_compile_cache
+    from lra.config.compose import CONFIG_DIR
+    from lra.device.compile_cache import configure_compile_cache
 
     known = sorted(p.stem for p in (Path(CONFIG_DIR) / "model").glob("*.yaml"))
     unknown = [m for m in args.models if m not in known]
@@ -1284,7 +1285,7 @@ def _run(args) -> int:
     print(
         f"train steps/s, batch {args.batch_size}, min-max over {args.rounds} round(s) of "
         f"{args.steps} steps; ratio > 1: the harness is faster; other cores busy: CPU "
-        "that other processes took while timing (lra.machine_load)"
+        "that other processes took while timing (lra.device.machine_load)"
     )
     print(table, end="")
     if args.out:

@@ -12,8 +12,9 @@ import re
 import sys
 import time
 
-import models
-from lra import conformance  # sets the CPU memory-analysis flag before JAX starts
+import lra.models
+
+from lra.measure import conformance  # sets the CPU memory-analysis flag before JAX starts
 
 
 def row(report: conformance.Report, seconds: float) -> str:
@@ -42,7 +43,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     failed = False
-    for name in models.ATTENTION_NAMES:
+    for name in lra.models.ATTENTION_NAMES:
         start = time.perf_counter()
         report = conformance.check_attention(name)
         failed |= not report.passed

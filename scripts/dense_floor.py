@@ -36,10 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare_pytorch as cp  # noqa: E402  (a sibling script, not a package)
-
-from models.attention.common import MultiHeadAttention  # noqa: E402
-from models.attention.flash import FlashAttention  # noqa: E402
-from models.registry import register  # noqa: E402
+from lra.models.attention.common import MultiHeadAttention  # noqa: E402
+from lra.models.attention.flash import FlashAttention  # noqa: E402
+from lra.models.registry import register  # noqa: E402
 
 FLOOR = "value_only"
 GAU_FLOOR = "gau_value_only"
@@ -135,7 +134,7 @@ def main(argv=None) -> int:
     if cp.TORCH_IMPORT_ERROR is not None:
         print(f"error: dense_floor.py needs PyTorch: {cp.INSTALL_HINT}", file=sys.stderr)
         return 2
-    from lra import measure
+    from lra.device import measure
 
     measure.configure_cpu_memory_analysis()  # as lra-bench, before JAX starts a backend
     device = cp.torch.device("cpu")

@@ -25,10 +25,10 @@ import numpy as np
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
-from lra import CONFIG_DIR
-from lra.optim import make_optimizer
+from lra.config.compose import CONFIG_DIR
 from lra.run.checkpoint import Checkpoints, Progress
-from lra.steps import TrainState, build_model, count_params
+from lra.train.optim import make_optimizer
+from lra.train.steps import TrainState, build_model, count_params
 
 
 def folder_bytes(path: Path) -> int:

@@ -9,14 +9,14 @@ per batch size; compiled memory is reported even where a batch does not fit this
 import json
 import sys
 
-from lra import measure
+from lra.device import measure
 
 measure.configure_cpu_memory_analysis()
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from lra.bench import measure_length  # noqa: E402
 from lra.cli import CONFIG_DIR  # noqa: E402
+from lra.measure.bench import measure_length  # noqa: E402
 
 
 def main(batch_sizes: list[int]) -> None:

@@ -16,7 +16,7 @@ does), so compare remat rows with the non-remat rows of another run.
 import json
 import sys
 
-from lra import measure
+from lra.device import measure
 
 measure.configure_cpu_memory_analysis()
 REMAT = "--remat" in sys.argv
@@ -25,9 +25,9 @@ if REMAT:
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from lra import parallel  # noqa: E402
 from lra.cli import CONFIG_DIR  # noqa: E402
-from lra.steps import compile_train_variant  # noqa: E402
+from lra.train import parallel  # noqa: E402
+from lra.train.steps import compile_train_variant  # noqa: E402
 
 
 def main(overrides: list[str], accums: list[int]) -> None:

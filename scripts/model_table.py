@@ -14,15 +14,15 @@ import argparse
 import json
 from pathlib import Path
 
-from lra import measure
+from lra.device import measure
 
 measure.configure_cpu_memory_analysis()
 
 import jax  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from lra.bench import measure_length  # noqa: E402
 from lra.cli import CONFIG_DIR  # noqa: E402
+from lra.measure.bench import measure_length  # noqa: E402
 
 TEXT_MODEL = [
     "task.arch.num_layers=4",

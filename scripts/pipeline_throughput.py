@@ -60,7 +60,7 @@ def pipeline_rate(split: Split, batch_size: int, batches: int, warmup: int = 5) 
 
 
 def train_rate(cfg, steps: int, max_memory_gb: float) -> str:
-    from lra.bench import measure_length
+    from lra.measure.bench import measure_length
 
     out = measure_length(
         cfg, cfg.task.max_length, cfg.trainer.batch_size, time_steps=False, warmup_steps=0
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--max-memory-gb", type=float, default=16.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    from lra import measure
+    from lra.device import measure
 
     measure.configure_cpu_memory_analysis()  # before JAX starts a backend: full CPU memory count
     rng = np.random.default_rng(0)

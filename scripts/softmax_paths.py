@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lra import measure
+from lra.device import measure
 
 measure.configure_cpu_memory_analysis()
 
@@ -26,8 +26,8 @@ import jax  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_pytorch import compose_config  # noqa: E402
 
-from lra.bench import synthetic_batch  # noqa: E402
-from lra.steps import abstract_batch, compile_steps  # noqa: E402
+from lra.measure.bench import synthetic_batch  # noqa: E402
+from lra.train.steps import abstract_batch, compile_steps  # noqa: E402
 
 OPTION = "+model.attention_options.softmax"
 

@@ -20,7 +20,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
-from lra import measure  # noqa: E402
+from lra.device import measure  # noqa: E402
 
 measure.configure_cpu_memory_analysis()
 
@@ -71,7 +71,7 @@ def make_config(*overrides: str):
 
 def train_small(data_dir, results_dir, *overrides: str) -> dict:
     """``train_and_evaluate`` of the small listops_tiny run, with ``overrides`` last."""
-    from lra.train import train_and_evaluate
+    from lra.train.loop import train_and_evaluate
 
     cfg = make_config(
         "task=listops_tiny",

@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from conftest import train_small  # noqa: E402
 
-from lra import parallel  # noqa: E402
 from lra.errors import ConfigError  # noqa: E402
+from lra.train import parallel  # noqa: E402
 
 record = train_small(sys.argv[1], sys.argv[2], *sys.argv[4:])
 out = {

@@ -10,15 +10,14 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import lra.models.attention.flash  # noqa: F401  (registers flash_quad, flash)
+import lra.models.attention.long_short  # noqa: F401  (registers long_short)
+import lra.models.attention.reformer  # noqa: F401  (registers reformer)
 import numpy as np
 import pytest
 from flax import nnx
-
-import models.attention.flash  # noqa: F401  (registers flash_quad, flash)
-import models.attention.long_short  # noqa: F401  (registers long_short)
-import models.attention.reformer  # noqa: F401  (registers reformer)
-from models import registry
-from models.attention.reformer import default_n_buckets
+from lra.models import registry
+from lra.models.attention.reformer import default_n_buckets
 
 D, H = 16, 2
 N = 18  # the shared test length
@@ -269,7 +268,7 @@ def test_flash_matches_chunked_definition(lengths):
 
 @pytest.mark.parametrize("n", [19, 16, 5])  # blocks + a tail; whole blocks; under one block
 def test_blockwise_runs_the_tail_unpadded_with_the_padded_result(n):
-    from models.attention.common import blockwise, from_blocks, to_blocks
+    from lra.models.attention.common import blockwise, from_blocks, to_blocks
 
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(2, n, 3)), jnp.float32)

@@ -8,17 +8,16 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import lra.models.attention.linformer  # noqa: F401  (registers "linformer")
+import lra.models.attention.local  # noqa: F401  (registers "local")
+import lra.models.attention.nystromformer  # noqa: F401  (registers "nystromformer")
+import lra.models.attention.synthesizer  # noqa: F401  (registers the synthesizers)
 import numpy as np
 import pytest
 from flax import nnx
-
-import models.attention.linformer  # noqa: F401  (registers "linformer")
-import models.attention.local  # noqa: F401  (registers "local")
-import models.attention.nystromformer  # noqa: F401  (registers "nystromformer")
-import models.attention.synthesizer  # noqa: F401  (registers the synthesizers)
-from models.attention.softmax import SoftmaxAttention
-from models.attention.synthesizer import FixedRandom
-from models.registry import RegistryError, make_attention
+from lra.models.attention.softmax import SoftmaxAttention
+from lra.models.attention.synthesizer import FixedRandom
+from lra.models.registry import RegistryError, make_attention
 
 D, H = 32, 2
 B, L, MAX_LEN = 4, 24, 32

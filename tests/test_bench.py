@@ -7,10 +7,10 @@ import jax
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lra import bench
 from lra.cli import CONFIG_DIR
 from lra.errors import ConfigError
-from lra.results import read_records
+from lra.measure import bench
+from lra.record.store import read_records
 
 TINY_BENCH = [
     "task=listops_tiny",
@@ -38,7 +38,7 @@ def bench_config(*overrides: str, config_name: str = "bench"):
 def test_bench_records_keep_the_protocol_when_only_the_measurement_changes():
     from omegaconf import OmegaConf
 
-    from lra.setting import describe_setting
+    from lra.config.setting import describe_setting
 
     cfg = bench_config("model=flash", "protocol=transnormer", "lengths=[1024]", "batch_size=2")
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -48,7 +48,7 @@ def test_bench_records_keep_the_protocol_when_only_the_measurement_changes():
 
 
 def test_bench_records_say_how_softmax_ran():
-    from lra.steps import softmax_implementations
+    from lra.train.steps import softmax_implementations
 
     cfg = bench_config("model=transformer")
     assert cfg.task.max_length >= 1024  # Text: the chunked path on a CPU
@@ -236,11 +236,11 @@ def test_each_model_of_a_sweep_keeps_its_protocol(tmp_path, monkeypatch):
     """models=[...] under lra-bench: Hydra's choice is the default model, yet each record's
     reference is its own model's config (so no model.* overrides and the protocol holds),
     and models / rounds are how it was measured, not a setting."""
-    import lra.setting
+    import lra.config.setting
 
     monkeypatch.setattr(bench, "measure_cell", fake_cell_factory([]))
     app_choices = {"model": "transformer", "task": "text", "protocol": "transnormer"}
-    for module in (lra.setting, bench):  # as HydraConfig's runtime choices would say
+    for module in (lra.config.setting, bench):  # as HydraConfig's runtime choices would say
         monkeypatch.setattr(module, "group_choices", lambda config: dict(app_choices))
     overrides = ["lengths=[16]", "batch_size=2", "bench.isolate=false", f"results_dir={tmp_path}"]
     cfg = bench_config(

@@ -3,14 +3,14 @@ dropout, the automatic choice, and the memory it saves."""
 
 import jax
 import jax.numpy as jnp
+import lra.models
 import numpy as np
 import pytest
 from flax import nnx
+from lra.models.attention.chunked_softmax import block_dropout_keep, query_chunked_attention
+from lra.models.attention.common import mask_logits
 
-import models
-from lra.steps import softmax_implementations
-from models.attention.chunked_softmax import block_dropout_keep, query_chunked_attention
-from models.attention.common import mask_logits
+from lra.train.steps import softmax_implementations
 
 B, H, DH = 2, 2, 8
 
@@ -86,7 +86,7 @@ def test_dropout_uses_each_blocks_mask_and_is_off_without_a_key():
 
 def test_softmax_module_chunked_equals_plain_and_auto_is_chunked_from_1024_on_cpu():
     def make(**options):  # the same weights every time
-        return models.make_attention(
+        return lra.models.make_attention(
             "softmax", dim=16, num_heads=2, max_len=40, rngs=nnx.Rngs(0), **options
         )
 
@@ -135,8 +135,8 @@ def test_the_flop_count_is_the_formulas_not_the_loops():
     """XLA counts a loop's body once: the chunked step's FLOPs come from the plain path."""
     from conftest import SMALL_RUN, make_config
 
-    from lra import measure
-    from lra.steps import abstract_batch, compile_steps
+    from lra.device import measure
+    from lra.train.steps import abstract_batch, compile_steps
 
     def compiled(implementation):
         cfg = make_config(

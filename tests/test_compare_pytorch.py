@@ -78,7 +78,7 @@ def cp():
 def test_twin_logits_equal_the_harness(cp, model):
     import torch
 
-    from lra.bench import synthetic_batch
+    from lra.measure.bench import synthetic_batch
 
     cpu = torch.device("cpu")
     result = cp.check_model(model, LENGTH, BATCH, TINY, 1e-4, cpu)

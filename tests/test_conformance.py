@@ -1,18 +1,18 @@
 """lra-check-attention over every built-in mechanism, and on a mechanism that ignores the mask.
 
-The conformance check (lra.conformance) is the contract every mechanism keeps: shapes, padding
-(content and, where declared, amount), finite values with one real token, all real tokens
+The conformance check (lra.measure.conformance) is the contract every mechanism keeps: shapes,
+padding (content and, where declared, amount), finite values with one real token, all real tokens
 (at length 4096) and bfloat16, finite gradients, jit/eval_shape, and the declared memory class
 measured from XLA's compiled memory. Each mechanism's agreement with the formula it implements
 is tested in its own test file.
 """
 
+import lra.models
 import pytest
 from flax import nnx
 
-import models
-from lra import conformance
 from lra.cli import check_attention_main
+from lra.measure import conformance
 
 BROKEN = "my_attention.broken:MaskIgnoringAttention"  # examples/my_attention, installed
 
@@ -23,7 +23,7 @@ def test_every_figure1_mechanism_is_registered():
         "nystromformer", "reformer", "transnormer_diag", "transnormer_norm",
         "synthesizer_dense", "synthesizer_random", "synthesizer_factorized", "local", "linear",
     }  # fmt: skip
-    assert expected <= set(models.ATTENTION_NAMES)
+    assert expected <= set(lra.models.ATTENTION_NAMES)
 
 
 # Shorter than lra-check-attention's default (1024, 2048, 4096) to keep the suite fast on 2
@@ -31,7 +31,7 @@ def test_every_figure1_mechanism_is_registered():
 TEST_LENGTHS = (512, 1024, 2048)
 
 
-@pytest.mark.parametrize("name", models.ATTENTION_NAMES)
+@pytest.mark.parametrize("name", lra.models.ATTENTION_NAMES)
 def test_builtin_mechanism_passes_the_conformance_check(name):
     report = conformance.check_attention(name, memory_lengths=TEST_LENGTHS)
     assert report.passed, report.text()
@@ -53,7 +53,7 @@ def test_mask_ignoring_mechanism_fails_on_the_padding_line(capsys):
 
 
 def test_declared_memory_class_is_checked_against_the_measurement():
-    class Declared(models.registry.get("softmax")):
+    class Declared(lra.models.registry.get("softmax")):
         memory_class = "linear"  # a quadratic mechanism claiming to be linear
 
     subject = conformance._Subject("softmax", {})

@@ -1,4 +1,4 @@
-"""Learning curves (lra.curves) from fake records and hand-written metrics.jsonl files."""
+"""Learning curves (lra.report.curves) from fake records and hand-written metrics.jsonl files."""
 
 import json
 import xml.etree.ElementTree as ET
@@ -6,8 +6,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from test_report import store, train
 
-from lra import curves, report
-from lra.leaderboard import leaderboard
+from lra.report import curves
+from lra.report import main as report
+from lra.report.leaderboard import leaderboard
 from lra.track.jsonl import METRICS_FILE
 
 TASK = "listops_tiny"

@@ -43,7 +43,7 @@ def test_value_only_is_the_output_projection_of_the_values(floor):
 
 
 def test_floor_step_keeps_every_dense_layer_and_drops_attention(floor):
-    from lra.steps import abstract_batch, compile_steps
+    from lra.train.steps import abstract_batch, compile_steps
 
     def flops(overrides):
         cfg = floor.cp.compose_config("transnormer_t2", LENGTH, BATCH, [*TINY, *overrides])
@@ -59,7 +59,7 @@ def test_floor_step_keeps_every_dense_layer_and_drops_attention(floor):
 
 
 def test_gau_floor_keeps_the_unit_projections_and_drops_attention(floor):
-    from lra.steps import abstract_batch, compile_steps
+    from lra.train.steps import abstract_batch, compile_steps
 
     assert floor.floor_overrides("flash") == floor.GAU_FLOOR_OVERRIDES
     assert floor.floor_overrides("transnormer_t2") == floor.FLOOR_OVERRIDES

@@ -1,4 +1,4 @@
-"""lra.dropout_rng: the counter-based hash generator of dropout masks.
+"""lra.train.dropout_rng: the counter-based hash generator of dropout masks.
 
 Its statistics are checked against what a uniform generator gives (bit frequencies,
 a byte chi-square, Bernoulli rates, correlation between neighbours and between child
@@ -14,8 +14,8 @@ import pytest
 from conftest import train_small
 from flax import nnx
 
-from lra import dropout_rng
 from lra.errors import ConfigError
+from lra.train import dropout_rng
 
 N = 1 << 20
 

@@ -4,11 +4,10 @@ import json
 import math
 from pathlib import Path
 
+import lra.models
 import pytest
 from conftest import SMALL_DATA, SMALL_RUN
 from test_cli import cli
-
-import models
 
 MODEL_CONFIGS = sorted(
     p.stem for p in (Path(__file__).parents[1] / "configs" / "model").glob("*.yaml")
@@ -27,7 +26,7 @@ def test_model_configs_cover_every_mechanism():
             used.add(attention)
         else:
             used.update([attention.lower, attention.upper])
-    assert used == set(models.ATTENTION_NAMES)
+    assert used == set(lra.models.ATTENTION_NAMES)
 
 
 # Three multiruns of a third each, so pytest-xdist's workers share them out.
@@ -68,7 +67,7 @@ def test_any_mechanisms_combine_by_configuration_alone():
     from conftest import make_config
     from flax import nnx
 
-    from lra.steps import build_model
+    from lra.train.steps import build_model
 
     cfg = make_config(
         "model=transformer",

@@ -1,4 +1,5 @@
-"""Figure 1 (lra.figure_data, lra.figure) from synthetic records, checked on the Figure object."""
+"""Figure 1 (lra.report.figure_data, lra.report.figure) from synthetic records, checked on the
+Figure object."""
 
 import csv
 import statistics
@@ -11,12 +12,12 @@ from matplotlib.legend import Legend
 from matplotlib.text import Text
 from test_report import MIB, OFFICIAL, bench, official_store, store, train
 
-from lra import figure
-from lra.efficiency import efficiency
 from lra.errors import ConfigError, DataError
-from lra.figure_data import figure1_data
-from lra.leaderboard import leaderboard, leaderboards
-from lra.report_load import TINY_NOTE
+from lra.report import figure
+from lra.report.efficiency import efficiency
+from lra.report.figure_data import figure1_data
+from lra.report.leaderboard import leaderboard, leaderboards
+from lra.report.load import TINY_NOTE
 
 # transformer: three seeds on every task; accuracies per seed and task.
 TF_ACC = {

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lra.cli import CONFIG_DIR
-from lra.run.identity import run_key
+from lra.config.identity import run_key
 
 KEYS_FILE = Path(__file__).with_name("run_keys.json")
 PROTOCOLS = ("lra_official", "transnormer")

@@ -14,7 +14,7 @@ from conftest import SMALL_DATA, SMALL_RUN, make_config
 
 from lra.run.lock import RunLock, RunLocked
 from lra.run.signals import Interrupted, StopSignals
-from lra.train import train_and_evaluate
+from lra.train.loop import train_and_evaluate
 
 BIN = Path(sys.executable).parent
 # Long enough (about 2 s of steps) to be stopped in the middle.

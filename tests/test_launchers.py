@@ -11,8 +11,9 @@ import pytest
 from conftest import SMALL_DATA, SMALL_RUN, train_small
 from hydra import compose, initialize_config_dir
 
-from lra import CONFIG_DIR, cluster
+from lra.config.compose import CONFIG_DIR
 from lra.errors import ConfigError
+from lra.run import cluster
 
 BIN = Path(sys.executable).parent
 
@@ -119,7 +120,7 @@ def test_a_second_process_gets_the_next_slot_and_a_dead_holders_slot_is_free(
         [
             sys.executable,
             "-c",
-            "import sys; from lra.cluster import claim_gpu_slot; "
+            "import sys; from lra.run.cluster import claim_gpu_slot; "
             f"print(claim_gpu_slot({str(tmp_path)!r}, ['0', '1']), flush=True); "
             "sys.stdin.readline()",
         ],

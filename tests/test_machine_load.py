@@ -1,4 +1,4 @@
-"""lra.machine_load: other processes' CPU use per timed window, and what a record keeps."""
+"""lra.device.machine_load: other processes' CPU use per timed window, and what a record keeps."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lra.machine_load import LOADED_OTHER_CORES, LoadProbe, summarize_windows
+from lra.device.machine_load import LOADED_OTHER_CORES, LoadProbe, summarize_windows
 
 
 def test_a_busy_process_shows_up_as_other_cores_and_our_own_work_does_not():

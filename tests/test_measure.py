@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from lra import measure
+from lra.device import measure
 
 
 def compile_matmul(n):

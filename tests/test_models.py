@@ -4,14 +4,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import lra.models
 import numpy as np
 import pytest
 from flax import nnx
-
-import models
-from models import registry
-from models.attention.softmax import SoftmaxAttention
-from models.encoder import Encoder, pool
+from lra.models import registry
+from lra.models.attention.softmax import SoftmaxAttention
+from lra.models.encoder import Encoder, pool
 
 VOCAB, CLASSES = 20, 3
 
@@ -48,7 +47,7 @@ def drop_rngs(seed):
 
 
 def _model(dual=False, seed=0, **over):
-    return models.build_classifier(dual=dual, rngs=nnx.Rngs(seed), **_kwargs(**over))
+    return lra.models.build_classifier(dual=dual, rngs=nnx.Rngs(seed), **_kwargs(**over))
 
 
 def _batch(seed, b=4, n=16, lengths=(16, 9, 1, 0)):
@@ -159,7 +158,7 @@ def test_masked_mean_pooling_matches_numpy():
 
 
 def test_sinusoidal_positions():
-    table = np.asarray(models.sinusoidal_positions(50, 16))
+    table = np.asarray(lra.models.sinusoidal_positions(50, 16))
     assert table.shape == (50, 16) and table.dtype == np.float32
     np.testing.assert_allclose(table[0], np.tile([0.0, 1.0], 8))
     p, i = 7, 3
@@ -222,7 +221,7 @@ class _MeanMix(nnx.Module):
 @pytest.fixture
 def mean_mix(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    models.register("test_mean_mix")(_MeanMix)
+    lra.models.register("test_mean_mix")(_MeanMix)
     return "test_mean_mix"
 
 
@@ -252,9 +251,9 @@ def test_schedule_errors(mean_mix):
         _encoder(["softmax", "softmax", "softmax"])
     with pytest.raises(ValueError, match="num_features"):
         _encoder("softmax", attention_options={"num_features": 256})
-    with pytest.raises(models.RegistryError, match="nope"):
+    with pytest.raises(lra.models.RegistryError, match="nope"):
         _encoder(["softmax", "nope"])
-    with pytest.raises(models.RegistryError, match="scale"):
+    with pytest.raises(lra.models.RegistryError, match="scale"):
         _encoder("softmax", attention_options={"softmax": {"scale": 2.0}})
 
 
@@ -277,7 +276,7 @@ def test_bfloat16_forward(pooling):
     [(1, 0), (2, 1), (4, 2), (6, 3)],
 )
 def test_lower_upper_split_schedule_fits_any_depth(num_layers, expected_lower):
-    from models.encoder import resolve_schedule
+    from lra.models.encoder import resolve_schedule
 
     split = {"lower": "local", "upper": "softmax", "lower_fraction": 0.5}
     schedule = resolve_schedule(split, num_layers)

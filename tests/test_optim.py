@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lra.errors import ConfigError
-from lra.optim import make_schedule
+from lra.train.optim import make_schedule
 
 
 def test_rsqrt_schedule_matches_the_lra_formula():
@@ -68,7 +68,7 @@ def two_updates(tx, grads):
 def test_grad_clip_clips_the_global_norm_before_adam():
     import jax.numpy as jnp
 
-    from lra.optim import make_optimizer
+    from lra.train.optim import make_optimizer
 
     big, small = jnp.array([60.0, 80.0, 0.0]), jnp.array([0.6, 0.8, 0.0])  # norms 100 and 1
     clipped = two_updates(make_optimizer(trainer_cfg(grad_clip=1.0)), [big, small])
@@ -81,7 +81,7 @@ def test_grad_clip_clips_the_global_norm_before_adam():
 def test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate():
     import jax.numpy as jnp
 
-    from lra.optim import make_optimizer
+    from lra.train.optim import make_optimizer
 
     tx = make_optimizer(trainer_cfg(weight_decay=0.5))
     params = jnp.array([2.0, -4.0])

@@ -8,14 +8,14 @@ tmp_path and put on sys.path.
 import textwrap
 
 import jax
+import lra.models
 import pytest
 from conftest import make_config
 from flax import nnx
+from lra.models import registry
+from lra.models.encoder import Encoder
 
-import models
-from lra.steps import build_model
-from models import registry
-from models.encoder import Encoder
+from lra.train.steps import build_model
 
 PATH = "my_attention.attention:SquaredReluAttention"
 
@@ -40,14 +40,14 @@ def write_distribution(folder, name, entry_points):
 
 
 def test_import_path_builds_the_outside_class():
-    attn = models.make_attention(PATH, dim=8, num_heads=2, max_len=16, rngs=nnx.Rngs(0))
+    attn = lra.models.make_attention(PATH, dim=8, num_heads=2, max_len=16, rngs=nnx.Rngs(0))
     assert type(attn).__name__ == "SquaredReluAttention"
     assert registry.source(PATH) == PATH
 
 
 def test_entry_point_name_from_the_installed_example():
     assert "my_attention" in registry.available()
-    assert "my_attention" not in models.ATTENTION_NAMES  # built-ins only
+    assert "my_attention" not in lra.models.ATTENTION_NAMES  # built-ins only
     assert registry.get("my_attention") is registry.get(PATH)
     assert registry.source("my_attention") == f"{PATH} from my-attention 0.1.0"
 

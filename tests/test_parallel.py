@@ -16,10 +16,11 @@ import jax
 import pytest
 from conftest import SMALL_RUN, make_config, train_small
 
-from lra import measure, parallel
+from lra.config.identity import result_hash
+from lra.device import measure
 from lra.errors import ConfigError, DataError
-from lra.preflight import OutOfMemory, check_fits, fitting_overrides
-from lra.run.identity import result_hash
+from lra.train import parallel
+from lra.train.preflight import OutOfMemory, check_fits, fitting_overrides
 
 WORKER = Path(__file__).with_name("parallel_worker.py")
 NO_DROPOUT = ("task.arch.dropout=0", "task.arch.attention_dropout=0")
@@ -131,12 +132,12 @@ def test_remat_gives_the_same_losses(listops_tiny_dir, tmp_path):
 REMAT_MEMORY = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from lra import measure
+from lra.device import measure
 measure.configure_cpu_memory_analysis()
 assert measure.configure_cpu_remat()
 from conftest import make_config
-from lra import parallel
-from lra.steps import abstract_batch, compile_steps
+from lra.train import parallel
+from lra.train.steps import abstract_batch, compile_steps
 out = {{}}
 for remat in (False, True):
     cfg = make_config("task.max_length=256", "task.arch.num_layers=3", "task.arch.dim=32",
@@ -163,7 +164,7 @@ def test_remat_lowers_compiled_memory():
 
 
 def _train_without_data(tmp_path, *overrides):
-    from lra.train import train_and_evaluate
+    from lra.train.loop import train_and_evaluate
 
     empty = tmp_path / "no-data"
     empty.mkdir(exist_ok=True)
@@ -191,10 +192,10 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, mon
     # On a GPU, compiling a step far too large already fails (the autotuner's trial buffers);
     # seen on an H200: task=listops trainer.batch_size=2048. Here compiling the steps with
     # grad_accum < 4 fails that way, as XLA words it.
-    import lra.steps
-    import lra.train
+    import lra.train.loop
+    import lra.train.steps
 
-    compile_steps = lra.steps.compile_steps
+    compile_steps = lra.train.steps.compile_steps
     tried = []
 
     def compile_on_a_small_gpu(cfg, *args, **kwargs):
@@ -208,8 +209,8 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, mon
             )
         return compile_steps(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(lra.steps, "compile_steps", compile_on_a_small_gpu)
-    monkeypatch.setattr(lra.train, "compile_steps", compile_on_a_small_gpu)
+    monkeypatch.setattr(lra.train.steps, "compile_steps", compile_on_a_small_gpu)
+    monkeypatch.setattr(lra.train.loop, "compile_steps", compile_on_a_small_gpu)
     with pytest.raises(OutOfMemory) as err:
         _train_without_data(tmp_path, "trainer.memory_limit_gb=1", "trainer.remat=true")
     message = str(err.value)
@@ -227,7 +228,7 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, mon
 def test_eval_step_in_micro_batches_gives_the_sums_of_the_whole_batch(listops_tiny_dir):
     from lra.data.pipeline import eval_batches
     from lra.data.tasks import load_task
-    from lra.steps import compile_steps
+    from lra.train.steps import compile_steps
 
     cfg = make_config("task=listops_tiny", f"data_dir={listops_tiny_dir}", *SMALL_RUN)
     batch = next(eval_batches(load_task(cfg.task, listops_tiny_dir)["val"], 16))
@@ -278,18 +279,18 @@ def test_preflight_when_nothing_fits():
 
 
 def test_out_of_memory_during_a_run_is_one_clear_error(listops_tiny_dir, tmp_path, monkeypatch):
-    import lra.train
+    import lra.train.loop
 
     def exhausted(*args, **kwargs):
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.0GiB")
 
-    monkeypatch.setattr(lra.train, "_train", exhausted)
+    monkeypatch.setattr(lra.train.loop, "_train", exhausted)
     with pytest.raises(OutOfMemory, match="ran out of memory .* trainer.grad_accum=2"):
         train_small(listops_tiny_dir, tmp_path)
 
 
 def test_device_memory_reads_the_limit_or_the_ram():
-    from lra.preflight import device_memory
+    from lra.train.preflight import device_memory
 
     assert device_memory(1.5) == (1_500_000_000, "trainer.memory_limit_gb")
     available, source = device_memory(None)

@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from lra import report
-from lra.efficiency import efficiency, memory_slope
 from lra.errors import ConfigError, DataError
-from lra.leaderboard import leaderboard, leaderboards
-from lra.report_load import OFFICIAL_TASKS, TINY_NOTE, read_reference_csv, results_dirs
-from lra.report_tables import (
+from lra.record.store import read_records, write_record
+from lra.report import main as report
+from lra.report.efficiency import efficiency, memory_slope
+from lra.report.leaderboard import leaderboard, leaderboards
+from lra.report.load import OFFICIAL_TASKS, TINY_NOTE, read_reference_csv, results_dirs
+from lra.report.tables import (
     VAL_TEST_NOTE,
     efficiency_markdown,
     leaderboard_csv,
     leaderboard_markdown,
 )
-from lra.results import read_records, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -582,7 +582,7 @@ def test_report_modules_import_one_way():
 
 
 def run_cli(*args, cwd):
-    code = "from lra.report import report_main; report_main()"
+    code = "from lra.report.main import report_main; report_main()"
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=120
     )

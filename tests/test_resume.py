@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import make_config, train_small
 
-from lra.evaluate import evaluate_run
+from lra.config.identity import result_hash, run_key
 from lra.run import checkpoint
 from lra.run.checkpoint import CheckpointError
-from lra.run.identity import result_hash, run_key
 from lra.track.jsonl import read_metrics
+from lra.train.evaluate import evaluate_run
 
 # 8 steps, a log line every 2, validation every 4, a checkpoint every 3: the
 # checkpoint at step 3 holds the metrics of a step not yet logged.

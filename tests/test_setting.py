@@ -1,9 +1,9 @@
-"""A record's setting, variant and protocol (lra.setting) against the composed configs."""
+"""A record's setting, variant and protocol (lra.config.setting) against the composed configs."""
 
 from conftest import make_config
 from omegaconf import OmegaConf
 
-from lra.setting import REMOVED, describe_setting, diff_overrides, variant_name
+from lra.config.setting import REMOVED, describe_setting, diff_overrides, variant_name
 
 
 def resolved(*overrides):

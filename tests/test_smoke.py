@@ -10,7 +10,7 @@ from test_cli import cli
 
 from lra.cli import CONFIG_DIR
 from lra.errors import ConfigError
-from lra.smoke import Row, _choose, _options
+from lra.measure.smoke import Row, _choose, _options
 
 EXAMPLE_CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "my_attention" / "configs"
 
@@ -39,7 +39,7 @@ def test_two_models_train_and_beat_the_majority_class(tmp_path):
         assert record["test_accuracy"] > record["test_majority_rate"]
         assert all(math.isfinite(h["train_loss"]) for h in record["history"])
     sources = {r["model"]: r["attention_sources"] for r in records}
-    assert sources["transformer"] == {"softmax": "models.attention.softmax:SoftmaxAttention"}
+    assert sources["transformer"] == {"softmax": "lra.models.attention.softmax:SoftmaxAttention"}
     assert sources["my_attention"] == {
         "my_attention": "my_attention.attention:SquaredReluAttention from my-attention 0.1.0"
     }

@@ -2,19 +2,18 @@
 
 import jax
 import jax.numpy as jnp
+import lra.models
 import numpy as np
 import pytest
 from flax import nnx
-
-import models
-from models import registry
-from models.attention.softmax import SoftmaxAttention
+from lra.models import registry
+from lra.models.attention.softmax import SoftmaxAttention
 
 B, L, D, H = 3, 12, 32, 4
 
 
 def _attn(qkv_dim=None, dropout_rate=0.0, seed=0):
-    return models.make_attention(
+    return lra.models.make_attention(
         "softmax",
         dim=D,
         num_heads=H,
@@ -141,14 +140,16 @@ def test_qkv_dim_must_divide_by_heads():
 
 
 def test_registry_lists_softmax():
-    assert "softmax" in models.ATTENTION_NAMES
+    assert "softmax" in lra.models.ATTENTION_NAMES
     assert registry.names() == tuple(sorted(registry.names()))
     assert registry.get("softmax") is SoftmaxAttention
 
 
 def test_unknown_name_lists_registered_names():
-    with pytest.raises(models.RegistryError, match="no_such_attention") as info:
-        models.make_attention("no_such_attention", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0))
+    with pytest.raises(lra.models.RegistryError, match="no_such_attention") as info:
+        lra.models.make_attention(
+            "no_such_attention", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0)
+        )
     assert "softmax" in str(info.value)
 
 
@@ -156,15 +157,15 @@ def test_duplicate_registration_raises():
     class Other(nnx.Module):
         pass
 
-    with pytest.raises(models.RegistryError, match="softmax"):
-        models.register("softmax")(Other)
+    with pytest.raises(lra.models.RegistryError, match="softmax"):
+        lra.models.register("softmax")(Other)
     assert registry.get("softmax") is SoftmaxAttention
 
 
 def test_register_new_name(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
-    @models.register("aaa_test")
+    @lra.models.register("aaa_test")
     class Tiny(nnx.Module):
         def __init__(
             self, *, dim, num_heads, max_len, rngs, qkv_dim=None, dropout_rate=0.0, width=1
@@ -175,15 +176,15 @@ def test_register_new_name(monkeypatch):
             return x
 
     assert registry.names()[0] == "aaa_test"
-    made = models.make_attention(
+    made = lra.models.make_attention(
         "aaa_test", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), width=3
     )
     assert isinstance(made, Tiny) and made.width == 3
 
 
 def test_bad_option_is_named():
-    with pytest.raises(models.RegistryError, match="softmax") as info:
-        models.make_attention(
+    with pytest.raises(lra.models.RegistryError, match="softmax") as info:
+        lra.models.make_attention(
             "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), window_size=8
         )
     assert "window_size" in str(info.value)
@@ -192,7 +193,7 @@ def test_bad_option_is_named():
 
 def test_fused_implementation_matches_the_plain_reference():
     plain = _attn()
-    fused = models.make_attention(
+    fused = lra.models.make_attention(
         "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="fused"
     )
     x, mask = _inputs()
@@ -204,7 +205,7 @@ def test_fused_implementation_matches_the_plain_reference():
 
 def test_fused_implementation_refuses_attention_dropout():
     with pytest.raises(ValueError, match="attention_dropout=0"):
-        models.make_attention(
+        lra.models.make_attention(
             "softmax",
             dim=D,
             num_heads=H,
@@ -216,7 +217,7 @@ def test_fused_implementation_refuses_attention_dropout():
 
 
 def test_auto_implementation_picks_cudnn_only_where_it_applies():
-    from models.attention.softmax import choose_implementation
+    from lra.models.attention.softmax import choose_implementation
 
     def pick(**over):
         kw = dict(platform="gpu", dtype=jnp.bfloat16, head_dim=64, dropout_active=False)
@@ -243,12 +244,12 @@ def test_auto_implementation_picks_cudnn_only_where_it_applies():
 def test_auto_is_the_plain_reference_on_this_backend():
     x, mask = _inputs()
     auto = _attn()
-    plain = models.make_attention(
+    plain = lra.models.make_attention(
         "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="plain"
     )
     assert auto.implementation == "auto"
     np.testing.assert_array_equal(np.asarray(auto(x, mask=mask)), np.asarray(plain(x, mask=mask)))
     with pytest.raises(ValueError, match="must be one of auto, plain, chunked, fused"):
-        models.make_attention(
+        lra.models.make_attention(
             "softmax", dim=D, num_heads=H, max_len=L, rngs=nnx.Rngs(0), implementation="x"
         )

@@ -1,7 +1,7 @@
-"""Typed configs (lra/config_schema.py): every shipped config passes, mistakes are one line.
+"""Typed configs (lra/config/schema.py): every shipped config passes, mistakes are one line.
 
 Configs are composed in-process with Hydra's compose API and with
-:func:`lra.config_schema.command_line_problem` (the check the console scripts run before
+:func:`lra.config.schema.command_line_problem` (the check the console scripts run before
 their Hydra app); two lra-train subprocesses check the line, the exit status and that
 nothing ran.
 """
@@ -16,8 +16,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_cli import cli
 
-from lra import CONFIG_DIR, config_schema
-from lra.config_schema import (
+from lra.config import schema
+from lra.config.compose import CONFIG_DIR
+from lra.config.schema import (
     BenchConfig,
     SchemaError,
     TrainConfig,
@@ -31,7 +32,7 @@ MODELS = sorted(p.stem for p in Path(CONFIG_DIR, "model").glob("*.yaml"))
 TASKS = sorted(p.stem for p in Path(CONFIG_DIR, "task").glob("*.yaml"))
 PROTOCOLS = sorted(p.stem for p in Path(CONFIG_DIR, "protocol").glob("*.yaml"))
 OUTSIDE = ROOT / "examples" / "my_attention" / "configs"
-TRAINER_KEYS = ", ".join(sorted(f.name for f in dataclasses.fields(config_schema.TrainerConfig)))
+TRAINER_KEYS = ", ".join(sorted(f.name for f in dataclasses.fields(schema.TrainerConfig)))
 
 
 def composed(config_name: str, *overrides: str):
@@ -133,15 +134,15 @@ def test_lra_report_checks_its_keys():
 def test_every_schema_is_a_structured_config_that_accepts_the_shipped_defaults():
     """The dataclasses are what OmegaConf / Hydra read as structured configs, and merging
     the default composition into them (OmegaConf's own check) agrees with find_problem."""
-    for name, schema in config_schema.SCHEMAS.items():
-        assert OmegaConf.structured(schema) is not None
+    for name, dataclass in schema.SCHEMAS.items():
+        assert OmegaConf.structured(dataclass) is not None
         cfg = composed(name, "run=x") if name == "eval" else composed(name)
-        assert find_problem(cfg, schema) is None, name
-        OmegaConf.merge(OmegaConf.structured(schema), cfg)
+        assert find_problem(cfg, dataclass) is None, name
+        OmegaConf.merge(OmegaConf.structured(dataclass), cfg)
     from hydra.core.config_store import ConfigStore
 
     stored = ConfigStore.instance().repo
-    assert {f"lra_schema_{n}.yaml" for n in config_schema.SCHEMAS} <= set(stored)
+    assert {f"lra_schema_{n}.yaml" for n in schema.SCHEMAS} <= set(stored)
 
 
 def unknown(key: str, allowed: str, hint: str = "") -> str:

@@ -106,7 +106,7 @@ def prefetch(batches: Iterable[dict], size: int = 2, put=jax.device_put) -> Iter
     """Put batches on the device from a background thread, ``size`` batches ahead.
 
     ``put`` places one batch (default: the default device; a run's
-    :meth:`lra.parallel.Topology.put` splits it over the mesh).
+    :meth:`lra.train.parallel.Topology.put` splits it over the mesh).
     """
     buffer: queue.Queue = queue.Queue(maxsize=size)
     done = object()

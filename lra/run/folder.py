@@ -1,7 +1,7 @@
 """The run folder: where one run's config, checkpoints, lock and record live.
 
 ``RunFolder(results_dir, config)`` names the folder from the run identity
-(:mod:`lra.run.identity`); nothing is created until :meth:`RunFolder.claim`.
+(:mod:`lra.config.identity`); nothing is created until :meth:`RunFolder.claim`.
 ``config.json`` holds the full resolved config of the run (``lra-eval`` rebuilds
 the model from it); ``record.json`` is the finished run's results record.
 """
@@ -9,10 +9,10 @@ the model from it); ``record.json`` is the finished run's results record.
 import json
 from pathlib import Path
 
-from lra import results
+from lra.config.identity import result_config, run_dir, run_key
 from lra.errors import ConfigError, DataError
+from lra.record import store
 from lra.run.checkpoint import delete_checkpoints
-from lra.run.identity import result_config, run_dir, run_key
 
 CONFIG_FILE = "config.json"
 RECORD_FILE = "record.json"
@@ -62,10 +62,10 @@ class RunFolder:
                 "differs); move that folder away"
             )
         text = json.dumps(self.config, indent=2, sort_keys=True) + "\n"
-        results.write_atomic(self.path / CONFIG_FILE, text)
+        store.write_atomic(self.path / CONFIG_FILE, text)
 
     def write_record(self, record: dict) -> Path:
-        return results.write_atomic(self.record_path, results.record_text(record))
+        return store.write_atomic(self.record_path, store.record_text(record))
 
 
 def read_run_config(folder: str | Path) -> dict:

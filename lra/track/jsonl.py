@@ -11,7 +11,7 @@ logged again appear once.
 import json
 from pathlib import Path
 
-from lra.results import utc_now, write_atomic
+from lra.record.store import utc_now, write_atomic
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -12,7 +12,7 @@ import sys
 
 from tqdm import tqdm
 
-log = logging.getLogger("lra.train")
+log = logging.getLogger("lra.train.loop")
 
 
 def duration(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """Exact softmax attention computed a block of queries at a time (the memory-efficient path).
 
-The formula is that of :mod:`models.attention.softmax` (Vaswani et al., 2017), unchanged:
+The formula is that of :mod:`lra.models.attention.softmax` (Vaswani et al., 2017), unchanged:
 
     out_h = dropout( softmax(Q_h K_h^T / sqrt(d_h) + mask bias) ) V_h
 
@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from models.attention.common import mask_logits
+from lra.models.attention.common import mask_logits
 
 __all__ = ["DEFAULT_BLOCK", "block_dropout_keep", "query_chunked_attention"]
 

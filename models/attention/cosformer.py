@@ -51,14 +51,13 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import (
+from lra.models.attention.common import (
     MultiHeadAttention,
     linear_context,
     linear_normaliser,
     zero_padded,
 )
-from models.registry import register
+from lra.models.registry import register
 
 __all__ = ["CosformerAttention", "reweighting_horizon"]
 

@@ -71,9 +71,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from models.attention.common import blockwise, check_call, check_dropout
-from models.registry import register
+from lra.models.attention.common import blockwise, check_call, check_dropout
+from lra.models.registry import register
 
 __all__ = ["FlashAttention", "FlashQuadAttention", "RelativePositionBias", "rope_rotate"]
 

@@ -34,14 +34,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import (
+from lra.models.attention.common import (
     MultiHeadAttention,
     linear_context,
     linear_normaliser,
     zero_padded,
 )
-from models.registry import register
+from lra.models.registry import register
 
 __all__ = ["LinearAttention"]
 

@@ -43,9 +43,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import MultiHeadAttention, check_int, zero_padded
-from models.registry import register
+from lra.models.attention.common import MultiHeadAttention, check_int, zero_padded
+from lra.models.registry import register
 
 __all__ = ["LinformerAttention"]
 

@@ -49,8 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from models.attention.common import (
+from lra.models.attention.common import (
     MultiHeadAttention,
     band,
     check_int,
@@ -59,7 +58,7 @@ from models.attention.common import (
     to_blocks,
     with_neighbours,
 )
-from models.registry import register
+from lra.models.registry import register
 
 __all__ = ["LocalAttention"]
 

@@ -59,8 +59,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import (
+from lra.models.attention.common import (
     MultiHeadAttention,
     check_int,
     from_blocks,
@@ -68,7 +67,7 @@ from models.attention.common import (
     to_blocks,
     with_neighbours,
 )
-from models.registry import register
+from lra.models.registry import register
 
 __all__ = ["LongShortAttention"]
 

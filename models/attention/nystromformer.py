@@ -56,9 +56,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from models.attention.common import MultiHeadAttention, check_int, mask_logits, zero_padded
-from models.registry import register
+from lra.models.attention.common import MultiHeadAttention, check_int, mask_logits, zero_padded
+from lra.models.registry import register
 
 __all__ = ["NystromAttention", "iterative_pinv"]
 

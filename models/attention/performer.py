@@ -75,9 +75,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import MultiHeadAttention, lowest
-from models.registry import register
+from lra.models.attention.common import MultiHeadAttention, lowest
+from lra.models.registry import register
 
 __all__ = ["PerformerAttention", "RandomFeatures", "orthogonal_random_features"]
 

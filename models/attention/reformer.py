@@ -49,9 +49,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import MultiHeadAttention
-from models.registry import register
+from lra.models.attention.common import MultiHeadAttention
+from lra.models.registry import register
 
 __all__ = ["LSHRotations", "ReformerAttention"]
 

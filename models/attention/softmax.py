@@ -21,7 +21,7 @@ Shapes (B batch, L length, D model dim, H heads, E = qkv_dim, d_h = E / H):
   cuDNN refuses the shapes when the step is traced, the plain path is used.
 * ``"plain"``: the formula above written out; the reference.
 * ``"chunked"``: the same formula ``block_size`` queries at a time, each block
-  rematerialised in the backward pass (:mod:`models.attention.chunked_softmax`): attention
+  rematerialised in the backward pass (:mod:`lra.models.attention.chunked_softmax`): attention
   memory O(B H block L) instead of O(B H L^2). Attention dropout draws its masks per block
   (same distribution, other random numbers than the plain path).
 * ``"fused"``: ``jax.nn.dot_product_attention`` with JAX's own choice (cuDNN or XLA); it
@@ -37,10 +37,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.chunked_softmax import DEFAULT_BLOCK, query_chunked_attention
-from models.attention.common import MultiHeadAttention, check_int
-from models.registry import register
+from lra.models.attention.chunked_softmax import DEFAULT_BLOCK, query_chunked_attention
+from lra.models.attention.common import MultiHeadAttention, check_int
+from lra.models.registry import register
 
 __all__ = ["CHUNKED_MIN_LENGTH", "IMPLEMENTATIONS", "SoftmaxAttention", "choose_implementation"]
 

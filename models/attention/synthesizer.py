@@ -56,9 +56,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from models.attention.common import MultiHeadAttention, check_int
-from models.registry import register
+from lra.models.attention.common import MultiHeadAttention, check_int
+from lra.models.registry import register
 
 __all__ = [
     "DenseSynthesizerAttention",

@@ -86,8 +86,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from models.attention.common import (
+from lra.models.attention.common import (
     MultiHeadAttention,
     from_blocks,
     linear_context,
@@ -95,7 +94,7 @@ from models.attention.common import (
     to_blocks,
     zero_padded,
 )
-from models.registry import register
+from lra.models.registry import register
 
 __all__ = ["DiagAttention", "NormAttention", "lrpe_rotate"]
 

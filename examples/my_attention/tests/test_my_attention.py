@@ -5,7 +5,7 @@ import numpy as np
 from flax import nnx
 from my_attention.attention import SquaredReluAttention
 
-from lra.conformance import check_attention
+from lra.measure.conformance import check_attention
 
 
 def test_passes_the_conformance_check():

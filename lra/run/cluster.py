@@ -28,11 +28,11 @@ import os
 import time
 from pathlib import Path
 
+from lra.device.measure import jax_backends_started
 from lra.errors import ConfigError
-from lra.measure import jax_backends_started
 
 SLOTS_FOLDER = ".gpu_slots"
-log = logging.getLogger("lra.cluster")
+log = logging.getLogger("lra.run.cluster")
 
 # The slot this process holds: (slot, lock file descriptor), kept open for the process's life.
 _held: tuple[str, int] | None = None

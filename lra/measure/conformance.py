@@ -1,7 +1,7 @@
 """The checks every attention mechanism must pass before it is benchmarked (lra-check-attention).
 
 ``check_attention(name)`` runs them on one mechanism: a built-in name, an entry-point name or
-an import path ``package.module:ClassName`` (see :mod:`models.registry`). Each check gives one
+an import path ``package.module:ClassName`` (see :mod:`lra.models.registry`). Each check gives one
 line: PASS, FAIL or INFO, its name and the value it measured. The mechanism's contract is the
 one in ``shared/DESIGN.md``: ``x: float[B, L, D]``, ``mask: bool[B, L]`` (True = real token)
 -> ``float[B, L, D]``. Checks, on a small mechanism (``D = 32``, 2 heads) unless noted:
@@ -26,7 +26,7 @@ one in ``shared/DESIGN.md``: ``x: float[B, L, D]``, ``mask: bool[B, L]`` (True =
    since LRA's 1.1x budget applies to whole models, which ``lra-report`` compares.
 
 This lives in ``lra`` (not ``models``) because it measures memory the way the harness does
-(:func:`lra.measure.compiled_memory_bytes`) and reads the task configs.
+(:func:`lra.device.measure.compiled_memory_bytes`) and reads the task configs.
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ import numpy as np
 from flax import nnx
 from omegaconf import OmegaConf
 
-from lra import CONFIG_DIR, measure
-from lra.steps import cast_floats, count_params
-from models import registry
+from lra.config.compose import CONFIG_DIR
+from lra.device import measure
+from lra.models import registry
+from lra.train.steps import cast_floats, count_params
 
 # Effective when this module is imported before JAX starts its backend (as lra-check-attention
 # and a user's test that imports it first do): the memory-class check then measures the
-# buffers the step really needs (see lra.measure.CPU_MEMORY_FLAG).
+# buffers the step really needs (see lra.device.measure.CPU_MEMORY_FLAG).
 measure.configure_cpu_memory_analysis()
 
 __all__ = ["Check", "Report", "check_attention"]

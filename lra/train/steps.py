@@ -6,7 +6,7 @@ model's structure (an NNX graph definition) stays outside it, so
 is jitted once with the state donated. Dropout keys are
 ``fold_in(key, step)``, so a run is a function of its seed.
 
-Dropout keys use ``trainer.dropout_rng`` (:mod:`lra.dropout_rng`; default "hash", a
+Dropout keys use ``trainer.dropout_rng`` (:mod:`lra.train.dropout_rng`; default "hash", a
 counter-based hash far cheaper than JAX's generators on CPU), and a run stays a function
 of its seed. Parameter initialisation uses JAX's default generator.
 
@@ -24,10 +24,11 @@ import optax
 from flax import nnx
 from omegaconf import OmegaConf
 
-import models
-from lra import dropout_rng, measure
+import lra.models
+from lra.device import measure
 from lra.errors import ConfigError
-from lra.optim import make_optimizer
+from lra.train import dropout_rng
+from lra.train.optim import make_optimizer
 
 PRECISIONS = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -59,25 +60,25 @@ def attention_sources(cfg) -> dict[str, str]:
     """Mechanism name -> where its class comes from (``module:Class``, plus the package and
     version for an entry point), for every mechanism the model's layers use."""
     kwargs = model_kwargs(cfg)
-    schedule = models.resolve_schedule(kwargs["attention"], int(kwargs["num_layers"]))
-    return {name: models.registry.source(name) for name in sorted(set(schedule))}
+    schedule = lra.models.resolve_schedule(kwargs["attention"], int(kwargs["num_layers"]))
+    return {name: lra.models.registry.source(name) for name in sorted(set(schedule))}
 
 
 def layers_description(cfg) -> dict:
     """``layer_mechanisms`` (the mechanism of each layer, lowest first) and ``schedule_warning``
     (set when a lower/upper schedule lost a part at this depth), as records carry them."""
     kwargs = model_kwargs(cfg)
-    return models.describe_layers(kwargs["attention"], int(kwargs["num_layers"]))
+    return lra.models.describe_layers(kwargs["attention"], int(kwargs["num_layers"]))
 
 
 def softmax_implementations(cfg) -> dict | None:
     """How the softmax layers run on this backend, ``{"train": ..., "eval": ...}``
-    (``cudnn``, ``fused``, ``chunked`` or ``plain``; see models.attention.softmax), or None when the
-    model has no softmax layer."""
-    from models.attention.softmax import choose_implementation
+    (``cudnn``, ``fused``, ``chunked`` or ``plain``; see lra.models.attention.softmax), or None
+    when the model has no softmax layer."""
+    from lra.models.attention.softmax import choose_implementation
 
     kwargs = model_kwargs(cfg)
-    if "softmax" not in models.resolve_schedule(kwargs["attention"], int(kwargs["num_layers"])):
+    if "softmax" not in lra.models.resolve_schedule(kwargs["attention"], int(kwargs["num_layers"])):
         return None
     options = (kwargs["attention_options"] or {}).get("softmax") or {}
     qkv_dim = kwargs.get("qkv_dim") or kwargs["dim"]
@@ -99,8 +100,8 @@ def build_model(cfg, rngs: nnx.Rngs, kwargs: dict | None = None) -> nnx.Module:
     """The classifier for ``cfg.model`` on ``cfg.task`` (or for ``kwargs``, a
     :func:`model_kwargs` of it); config mistakes become ConfigError."""
     try:
-        return models.build_classifier(**(kwargs or model_kwargs(cfg)), rngs=rngs)
-    except (models.RegistryError, TypeError, ValueError) as err:
+        return lra.models.build_classifier(**(kwargs or model_kwargs(cfg)), rngs=rngs)
+    except (lra.models.RegistryError, TypeError, ValueError) as err:
         raise ConfigError(f"cannot build model {cfg.model.name!r}: {err}") from err
 
 
@@ -330,7 +331,7 @@ def compile_steps(
     Compiling here, before any timed work, keeps compilation out of every speed
     measurement and gives the compiled memory analysis and FLOPs up front.
     ``example_batch`` may be arrays or :func:`abstract_batch` shapes. With a
-    ``topology`` (:mod:`lra.parallel`) the state is replicated on its mesh and the
+    ``topology`` (:mod:`lra.train.parallel`) the state is replicated on its mesh and the
     batch split over its ``data`` axis; without, everything is on the default device.
     ``train=False`` or ``evaluate=False`` leaves that step out (None). With softmax
     layers on a chunked or fused path, counting the FLOPs compiles the plain formula too

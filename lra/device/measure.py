@@ -1,6 +1,6 @@
 """Speed, memory and FLOPs of compiled JAX steps, measured one way everywhere.
 
-Used by the training loop (:mod:`lra.train`) and the benchmark, so a training
+Used by the training loop (:mod:`lra.train.loop`) and the benchmark, so a training
 record and a benchmark record mean the same thing by "steps/sec" and "peak
 memory":
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import jax
 
-from lra.machine_load import LoadProbe
+from lra.device.machine_load import LoadProbe
 
 # On CPU, the YNN fusion pass folds temporaries into fused kernels that the
 # memory analysis then does not count; turning it off makes the compiled
@@ -137,13 +137,13 @@ class WindowTimer:
     Call :meth:`start` after awaiting the device, run steps, then :meth:`stop`
     with the number of steps and a result to await. Time between windows
     (evaluation, logging) is not counted. Each window also records how busy the
-    rest of the machine was (:class:`lra.machine_load.LoadProbe`).
+    rest of the machine was (:class:`lra.device.machine_load.LoadProbe`).
     """
 
     steps: int = 0
     seconds: float = 0.0
     windows: list[float] = field(default_factory=list)
-    loads: list[dict] = field(default_factory=list)  # per window: lra.machine_load.LoadProbe
+    loads: list[dict] = field(default_factory=list)  # per window: lra.device.machine_load.LoadProbe
     _t0: float | None = None
     _probe: LoadProbe = field(default_factory=LoadProbe)
 

@@ -63,8 +63,13 @@ def config_hash(config: dict) -> str:
 
 
 def code_version() -> str:
-    """``git describe`` of the harness checkout (``-dirty`` if modified), else the version."""
-    root = Path(__file__).resolve().parents[1]
+    """``git describe`` of the harness checkout (``-dirty`` if modified), else the version (an
+    installed wheel: no checkout of its own, whatever repository its environment sits in)."""
+    root = Path(__file__).resolve().parents[2]
+    if not ((root / ".git").exists() and (root / "pyproject.toml").is_file()):
+        from lra import __version__
+
+        return __version__
     try:
         out = subprocess.run(
             ["git", "describe", "--always", "--dirty", "--abbrev=12"],

@@ -5,7 +5,7 @@ classifier, compiles the train and eval steps ahead of time (so compilation is
 never timed and its memory analysis and FLOPs are known before step 1), trains
 with periodic validation, evaluates the test split at the selected checkpoint
 (``best_val``: the best validation accuracy, ties to the earlier step; or
-``last``), and writes one results record (see :mod:`lra.results`) into the run
+``last``), and writes one results record (see :mod:`lra.record.store`) into the run
 folder.
 
 Each run lives in its run folder (:mod:`lra.run`): a lock keeps one trainer per
@@ -27,19 +27,23 @@ import numpy as np
 from omegaconf import OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from lra import measure, parallel, results
-from lra.compile_cache import CacheCounter, configure_compile_cache
+from lra.config.setting import describe_setting
 from lra.data.pipeline import eval_batches, prefetch, train_batches
 from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
+from lra.device import measure
+from lra.device.compile_cache import CacheCounter, configure_compile_cache
 from lra.errors import ConfigError, DataError, LRAError
-from lra.optim import make_schedule
-from lra.preflight import OutOfMemory, check_fits, compile_error_summary
+from lra.record import store
 from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import Interrupted, StopSignals
-from lra.setting import describe_setting
-from lra.steps import (
+from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
+from lra.track.progress import ProgressDisplay
+from lra.train import parallel
+from lra.train.optim import make_schedule
+from lra.train.preflight import OutOfMemory, check_fits, compile_error_summary
+from lra.train.steps import (
     abstract_batch,
     attention_sources,
     compile_steps,
@@ -47,11 +51,9 @@ from lra.steps import (
     layers_description,
     softmax_implementations,
 )
-from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
-from lra.track.progress import ProgressDisplay
 
 SELECTIONS = ("best_val", "last")
-log = logging.getLogger("lra.train")
+log = logging.getLogger("lra.train.loop")
 
 
 class TrainingDiverged(LRAError):
@@ -145,7 +147,7 @@ def train_and_evaluate(cfg) -> dict:
     already finished (and ``trainer.skip_done``) returns its record with ``skipped``.
     Raises :class:`Interrupted` after saving a checkpoint when a stop signal came.
     """
-    session_start, started_at = time.perf_counter(), results.utc_now()
+    session_start, started_at = time.perf_counter(), store.utc_now()
     trainer = cfg.trainer
     _check_trainer(trainer)
     effective_val_source(cfg.task)  # a bad task.val_source fails before any compile
@@ -155,7 +157,7 @@ def train_and_evaluate(cfg) -> dict:
     batch_size = int(trainer.batch_size)
     topology = parallel.make_topology(trainer.get("mesh"), batch_size, trainer.get("grad_accum", 1))
     data_dir = resolve_data_dir(cfg.data_dir)  # a data_dir that is a file fails before any write
-    results_dir = results.ensure_writable(cfg.results_dir)
+    results_dir = store.ensure_writable(cfg.results_dir)
     run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))
     if trainer.skip_done and trainer.resume != "never" and (done := run.finished_record()):
         log.info(
@@ -192,7 +194,7 @@ def train_and_evaluate(cfg) -> dict:
         )
         trackers = None
         try:
-            code = results.code_version()  # a git subprocess: once per run
+            code = store.code_version()  # a git subprocess: once per run
             note = {"at": started_at, "host": socket.gethostname(), "code": code}
             state, best_params, progress = start_or_resume(
                 ckpts, compiled.state, trainer.resume, note
@@ -496,7 +498,7 @@ def _record(
     memory_bytes, memory_source = measure.peak_memory(train_compiled, before=peak_before)
     train_rate = progress.train_steps / progress.train_seconds if progress.train_seconds else None
     return {
-        "schema_version": results.SCHEMA_VERSION,
+        "schema_version": store.SCHEMA_VERSION,
         "kind": "train",
         "model": cfg.model.name,
         "task": cfg.task.name,
@@ -526,7 +528,7 @@ def _record(
         **measure.environment(),
         "precision": cfg.trainer.precision,
         "code_version": code_version,
-        "config_hash": results.config_hash(run.config),
+        "config_hash": store.config_hash(run.config),
         "run_key": run.key,
         "run_dir": str(run.path),
         "resumed_from": progress.resumed_from,

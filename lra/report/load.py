@@ -1,9 +1,10 @@
 """The report's first step: read the records, fill in what older records lack, filter them.
 
 The report runs in one direction: **load** (this module: read and filter records) ->
-**aggregate** (:mod:`lra.leaderboard`, :mod:`lra.efficiency`, :mod:`lra.figure_data`: pure
-data) -> **render** (:mod:`lra.report_tables`, :mod:`lra.figure`, :mod:`lra.curves`), with
-:mod:`lra.report` orchestrating. A module imports only modules before it in that chain.
+**aggregate** (:mod:`lra.report.leaderboard`, :mod:`lra.report.efficiency`,
+:mod:`lra.report.figure_data`: pure data) -> **render** (:mod:`lra.report.tables`,
+:mod:`lra.report.figure`, :mod:`lra.report.curves`), with :mod:`lra.report.main`
+orchestrating. A module imports only modules before it in that chain.
 
 ``results_dir`` is one folder or a list of folders (default ``results/runs`` for training
 records and ``results/bench`` for benchmark records), each searched recursively.
@@ -11,7 +12,7 @@ records and ``results/bench`` for benchmark records), each searched recursively.
 Training records (``kind="train"``) name the setting they were run with:
 
 * ``setting``: 10 hex digits, the hash of the resolved config less the seed, paths,
-  logging and device layout (records without it: :func:`lra.run.identity.result_hash`
+  logging and device layout (records without it: :func:`lra.config.identity.result_hash`
   of their ``config``);
 * ``variant``: the model name plus a suffix naming what was overridden (missing: the model);
 * ``protocol``: ``lra_official``, ``transnormer`` or ``custom`` (missing: ``unspecified``);
@@ -26,9 +27,9 @@ import csv
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from lra.config.identity import result_hash
 from lra.errors import ConfigError, DataError
-from lra.results import read_records
-from lra.run.identity import result_hash
+from lra.record.store import read_records
 
 OFFICIAL_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 TASK_SETS = {

@@ -26,8 +26,9 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
+from lra.config.identity import result_config
 from lra.errors import ConfigError
-from lra.report_load import (
+from lra.report.load import (
     BASELINE,
     TASK_SETS,
     newest_by,
@@ -37,7 +38,6 @@ from lra.report_load import (
     started,
     train_records,
 )
-from lra.run.identity import result_config
 
 PARAM_BUDGET = 1.10
 ABSENT = "<absent>"

@@ -7,7 +7,7 @@ leaderboard), one line per leaderboard row (a model under one setting, named by 
 row's label): the mean of ``val/accuracy`` over that row's seeds at each step where
 every one of those seeds has a value. The legend names the number of seeds when it
 is more than one. One figure per leaderboard table, i.e. per protocol (render step,
-see :mod:`lra.report_load` for the chain).
+see :mod:`lra.report.load` for the chain).
 
 The runs are exactly those behind the leaderboard cells (the report's filters,
 then the newest record per model, task, setting and seed). Each run's values come from
@@ -28,9 +28,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from lra.figure import save_figure
-from lra.leaderboard import Leaderboard
-from lra.report_load import TINY_NOTE, record_name
+from lra.report.figure import save_figure
+from lra.report.leaderboard import Leaderboard
+from lra.report.load import TINY_NOTE, record_name
 from lra.track.jsonl import METRICS_FILE, read_metrics
 
 VAL_KEY = "val/accuracy"

@@ -1,4 +1,4 @@
-"""TransNormer's Figure 1 drawn (render step; the points come from :mod:`lra.figure_data`).
+"""TransNormer's Figure 1 drawn (render step; the points come from :mod:`lra.report.figure_data`).
 
 One circle per model: y = score, x = training steps/sec, circle area proportional to peak
 memory. What the figure shows is on it:
@@ -29,15 +29,15 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 
-from lra.figure_data import (
+from lra.record.store import write_atomic
+from lra.report.figure_data import (
     DEFAULT_LENGTH,
     REFERENCE_LEGEND,
     Figure1Data,
     Point,
     figure1_data,
 )
-from lra.report_load import MIB, TINY_NOTE
-from lra.results import write_atomic
+from lra.report.load import MIB, TINY_NOTE
 
 MAX_AREA = 2500.0  # points^2 of the largest circle
 MIN_AREA = 30.0
@@ -369,7 +369,8 @@ def caption_text(data: Figure1Data) -> str:
 
 
 def draw_figure1(data: Figure1Data) -> Figure1:
-    """Draw the points of :func:`~lra.figure_data.figure1_data`; :func:`write_figure1` writes."""
+    """Draw the points of :func:`~lra.report.figure_data.figure1_data`;
+    :func:`write_figure1` writes."""
     fig = Figure(figsize=(10, 6.5))
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0.08, 0.1, 0.6, 0.8))

@@ -1,15 +1,15 @@
 """``lra-report``: the leaderboard, efficiency tables, Figure 1 and learning curves from the
 records, written into one folder. This module only orchestrates; the work runs one way:
 
-* load (:mod:`lra.report_load`): read the records from ``results_dir`` (one folder or a
+* load (:mod:`lra.report.load`): read the records from ``results_dir`` (one folder or a
   list, default ``[results/runs, results/bench]``), fill in what older records lack, apply
   the filters (``models``, ``settings``, ``protocol`` (config key ``protocols``),
   ``since``/``until``);
-* aggregate, pure data: :mod:`lra.leaderboard` (one table per protocol, one row per
-  setting, the parameter budget), :mod:`lra.efficiency` (benchmark tables),
-  :mod:`lra.figure_data` (Figure 1's points);
-* render: :mod:`lra.report_tables` (``leaderboard.{md,csv}``, ``efficiency.md``,
-  ``sources.json``), :mod:`lra.figure` (``figure1.{png,svg,md}``), :mod:`lra.curves`
+* aggregate, pure data: :mod:`lra.report.leaderboard` (one table per protocol, one row per
+  setting, the parameter budget), :mod:`lra.report.efficiency` (benchmark tables),
+  :mod:`lra.report.figure_data` (Figure 1's points);
+* render: :mod:`lra.report.tables` (``leaderboard.{md,csv}``, ``efficiency.md``,
+  ``sources.json``), :mod:`lra.report.figure` (``figure1.{png,svg,md}``), :mod:`lra.report.curves`
   (``curves.{png,svg}``).
 
 Everything that can fail (no training records, no benchmark record for Figure 1's x axis,
@@ -25,14 +25,15 @@ import json
 import sys
 from pathlib import Path
 
-from lra import CONFIG_DIR
-from lra.curves import learning_curves, write_curves
-from lra.efficiency import efficiency
+from lra.config.compose import CONFIG_DIR
 from lra.errors import LRAError
-from lra.figure import draw_figure1, write_figure1
-from lra.figure_data import DEFAULT_LENGTH, figure1_data
-from lra.leaderboard import leaderboards
-from lra.report_load import (
+from lra.record.store import write_atomic
+from lra.report.curves import learning_curves, write_curves
+from lra.report.efficiency import efficiency
+from lra.report.figure import draw_figure1, write_figure1
+from lra.report.figure_data import DEFAULT_LENGTH, figure1_data
+from lra.report.leaderboard import leaderboards
+from lra.report.load import (
     common_root,
     describe_dirs,
     filter_records,
@@ -41,8 +42,7 @@ from lra.report_load import (
     resolve_task_set,
     results_dirs,
 )
-from lra.report_tables import efficiency_markdown, leaderboard_csv, leaderboard_markdown, sources
-from lra.results import write_atomic
+from lra.report.tables import efficiency_markdown, leaderboard_csv, leaderboard_markdown, sources
 
 __all__ = ["CONFIG_DIR", "report_main", "run_report"]
 
@@ -169,14 +169,14 @@ def report_main():
         )
         sys.exit(2)
 
-    from lra import config_schema
+    from lra.config import schema
 
-    config_schema.check_command_line("report")
+    schema.check_command_line("report")
 
     @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="report")
     def _report_app(cfg):
         try:
-            config_schema.validate(cfg)
+            schema.validate(cfg)
             return _report(cfg)
         except LRAError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)

@@ -27,10 +27,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lra.efficiency import EfficiencyTable
 from lra.errors import ConfigError, DataError
-from lra.leaderboard import Leaderboard, Row
-from lra.report_load import (
+from lra.report.efficiency import EfficiencyTable
+from lra.report.leaderboard import Leaderboard, Row
+from lra.report.load import (
     TINY_NOTE,
     UNSPECIFIED,
     protocol_order,

@@ -1,8 +1,8 @@
 """The report's tables as text: ``leaderboard.md``, ``leaderboard.csv``, ``efficiency.md``
-and the trace ``sources.json`` (render step; see :mod:`lra.report_load` for the chain).
+and the trace ``sources.json`` (render step; see :mod:`lra.report.load` for the chain).
 
 * **Leaderboard**: one table per protocol, each headed by its protocol name; one row per
-  setting (:mod:`lra.leaderboard`), one column per task. A cell is the mean and sample
+  setting (:mod:`lra.report.leaderboard`), one column per task. A cell is the mean and sample
   standard deviation over seeds of ``test_accuracy`` in percent, with the seed count. The
   last column is the parameter count relative to the Transformer's (same task, same
   protocol; min-max over the row's tasks), ``!`` when over LRA's 1.10x budget. Marks:
@@ -10,7 +10,7 @@ and the trace ``sources.json`` (render step; see :mod:`lra.report_load` for the 
   model with several settings, the config keys that differ. The CSV has one line per row
   with a ``protocol`` column and mean, std, n and setting per task.
 * **Efficiency**: steps/sec and peak memory per model and length, relative to the
-  Transformer, one table per benchmark setting (:mod:`lra.efficiency`).
+  Transformer, one table per benchmark setting (:mod:`lra.report.efficiency`).
 * **Sources**: for every cell, the record files, seeds, code versions, config hashes and
   settings it came from, and the records it superseded.
 """
@@ -20,9 +20,9 @@ import io
 import json
 from collections import defaultdict
 
-from lra.efficiency import EfficiencyTable
-from lra.leaderboard import PARAM_BUDGET, Cell, Leaderboard, Row
-from lra.report_load import BASELINE, MIB, TINY_NOTE, record_name
+from lra.report.efficiency import EfficiencyTable
+from lra.report.leaderboard import PARAM_BUDGET, Cell, Leaderboard, Row
+from lra.report.load import BASELINE, MIB, TINY_NOTE, record_name
 
 SUPERSEDED_MARK = "†"
 VAL_TEST_MARK = "‡"

@@ -17,8 +17,8 @@ from lra.data.tasks import load_task, resolve_data_dir
 from lra.errors import ConfigError
 from lra.run.checkpoint import CheckpointError, Checkpoints
 from lra.run.folder import read_run_config
-from lra.steps import compile_steps
-from lra.train import evaluate
+from lra.train.loop import evaluate
+from lra.train.steps import compile_steps
 
 
 def _which(ckpts: Checkpoints, checkpoint, selection: str) -> tuple[int, bool]:

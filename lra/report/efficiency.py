@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lra.report_load import BASELINE, bench_records, newest_by
+from lra.report.load import BASELINE, bench_records, newest_by
 
 SETTING_KEYS = ("task", "batch_size", "precision", "device", "platform", "protocol")
 

@@ -3,7 +3,7 @@
 A leaderboard cell may only average runs of one setting. Three keys of every
 record say which setting a run had:
 
-* ``setting``: :func:`lra.run.identity.result_hash` of the resolved config, i.e.
+* ``setting``: :func:`lra.config.identity.result_hash` of the resolved config, i.e.
   of everything that can change a result, less the seed (paths, logging,
   checkpoint cadence and the device layout are left out as well). Two seeds of
   one setting share it; a 20-step and a 2000-step run do not.
@@ -21,13 +21,11 @@ record say which setting a run had:
 import json
 import logging
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from lra import CONFIG_DIR
-from lra.run.identity import result_config, result_hash
+from lra.config.compose import compose_config
+from lra.config.identity import result_config, result_hash
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +90,6 @@ def group_choices(config: dict) -> dict:
         "task": config["task"]["name"],
         "protocol": config.get("protocol") or "lra_official",
     }
-
-
-def compose_config(config_name: str, overrides: list[str]):
-    """Hydra's composed ``config_name`` with ``overrides``, inside a running app (its search
-    path, e.g. ``--config-dir``) or, outside one, from the harness's configs/."""
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name=config_name, overrides=overrides)
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name=config_name, overrides=overrides)
 
 
 def reference_config(choices: dict, config_name: str = "config") -> dict:

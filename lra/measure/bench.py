@@ -2,7 +2,7 @@
 
 No data is needed: inputs are random tokens of the task's vocabulary at the
 full length (every position real), so every model does the same work. The
-measurement is the one the training loop uses (:mod:`lra.measure`): steps are
+measurement is the one the training loop uses (:mod:`lra.device.measure`): steps are
 compiled ahead of time, warm-up steps are not timed, and each timed window
 ends with the device work awaited. Speed is the median over windows, reported
 with the per-window values.
@@ -24,13 +24,16 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from lra import measure, parallel, results
-from lra.compile_cache import CacheCounter, configure_compile_cache
+from lra.config.compose import compose_config
+from lra.config.setting import describe_setting, group_choices
+from lra.device import measure
+from lra.device.compile_cache import CacheCounter, configure_compile_cache
+from lra.device.machine_load import summarize_windows
+from lra.device.measure import WindowTimer
 from lra.errors import ConfigError
-from lra.machine_load import summarize_windows
-from lra.measure import WindowTimer
-from lra.setting import compose_config, describe_setting, group_choices
-from lra.steps import (
+from lra.record import store
+from lra.train import parallel
+from lra.train.steps import (
     abstract_batch,
     compile_steps,
     layers_description,
@@ -148,7 +151,7 @@ def measure_length(
 
 
 def measure_cell(cfg_container: dict, length: int, batch_size: int, options: dict) -> dict:
-    """:func:`measure_length` plus :func:`lra.measure.environment`, from a plain config.
+    """:func:`measure_length` plus :func:`lra.device.measure.environment`, from a plain config.
 
     Module-level so a spawned process can run it.
     """
@@ -248,13 +251,13 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     rounds = int(cfg.get("rounds", 1))
     if rounds < 1:
         raise ConfigError(f"rounds must be at least 1, got {rounds}")
-    results_dir = results.ensure_writable(cfg.results_dir)
+    results_dir = store.ensure_writable(cfg.results_dir)
     options = {
         "warmup_steps": int(cfg.bench.warmup_steps),
         "windows": int(cfg.bench.windows),
         "steps_per_window": int(cfg.bench.steps_per_window),
     }
-    code_version = results.code_version()
+    code_version = store.code_version()
     configs = model_configs(cfg, overrides)
     names = list(cfg.get("models") or [None])
     settings = [  # one reference compose per model, not one per record
@@ -271,7 +274,7 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
                 cell, outs = (index, length), measured.setdefault((index, length), [])
                 if outs and outs[0]["status"] != "ok":
                     continue  # an OOM or a crash is not measured again (its record is written)
-                started.setdefault(cell, (results.utc_now(), time.perf_counter()))
+                started.setdefault(cell, (store.utc_now(), time.perf_counter()))
                 config = OmegaConf.to_container(model_cfg, resolve=True)
                 config["task"]["max_length"] = length
                 config["results_dir"] = str(results_dir)
@@ -283,7 +286,7 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
                     model_cfg, settings[index], config, _merge_rounds(outs), started[cell]
                 )
                 record.update(code_version=code_version, rounds=len(outs), sweep_order=order)
-                record["record_path"] = str(results.write_record(record, results_dir))
+                record["record_path"] = str(store.write_record(record, results_dir))
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
@@ -292,7 +295,7 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
 
 def _bench_record(cfg, setting: dict, config: dict, out: dict, started: tuple[str, float]) -> dict:
     return {
-        "schema_version": results.SCHEMA_VERSION,
+        "schema_version": store.SCHEMA_VERSION,
         "kind": "bench",
         "model": cfg.model.name,
         "task": cfg.task.name,
@@ -302,7 +305,7 @@ def _bench_record(cfg, setting: dict, config: dict, out: dict, started: tuple[st
         **out,
         "precision": cfg.trainer.precision,
         "isolated": bool(cfg.bench.isolate),
-        "config_hash": results.config_hash(config),
+        "config_hash": store.config_hash(config),
         "started_at": started[0],
         "wall_seconds": time.perf_counter() - started[1],
         "config": config,

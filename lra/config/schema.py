@@ -45,7 +45,7 @@ run folder, would change. Instead the schema only *checks*:
 2. :func:`validate`, called inside each app on the config the job actually
    got, is the backstop for anything step 1 could not see (a job of a sweeper
    whose values cannot be listed, a primary config of the user's own). In a
-   sweep its error is that job's ``failed`` row (:mod:`lra.sweep`).
+   sweep its error is that job's ``failed`` row (:mod:`lra.run.sweep`).
 
 The config passed to the app is Hydra's, unchanged: checking never converts or
 adds a value. Scalars are checked with OmegaConf's own value nodes, so what
@@ -54,7 +54,7 @@ integer, ``1`` a float, ``yes`` a boolean); interpolations (``${...}``) are
 not resolved and not checked. Nothing here imports JAX.
 
 ``lra-report`` is checked the same way (:class:`ReportConfig`, from
-``lra.report.report_main``).
+``lra.report.main.report_main``).
 
 A new config key goes into its config file *and* into its dataclass here:
 tests/test_typed_config.py composes every model x task (x protocol, trainer and
@@ -86,7 +86,7 @@ from omegaconf import (
     ValidationError,
 )
 
-from lra import CONFIG_DIR
+from lra.config.compose import CONFIG_DIR
 from lra.errors import ConfigError
 
 
@@ -103,7 +103,7 @@ class TrainerConfig:
 
     batch_size: int = MISSING
     learning_rate: float = MISSING
-    schedule: str = MISSING  # rsqrt | cosine | constant (checked by lra.optim)
+    schedule: str = MISSING  # rsqrt | cosine | constant (checked by lra.train.optim)
     warmup_steps: int = MISSING
     num_steps: int = MISSING
     decay_steps: int | None = None  # cosine only: its horizon (None = num_steps)
@@ -113,13 +113,13 @@ class TrainerConfig:
     eps: float = MISSING
     grad_clip: float = MISSING
     precision: str = MISSING  # fp32 | bf16
-    dropout_rng: str = "hash"  # hash | rbg | threefry (checked by lra.dropout_rng)
+    dropout_rng: str = "hash"  # hash | rbg | threefry (checked by lra.train.dropout_rng)
     eval_every: int = MISSING
     eval_batches: int | None = None
     log_every: int = MISSING
     selection: str = MISSING  # best_val | last (checked by the training loop)
     progress: bool = MISSING
-    mesh: dict[str, int] = field(default_factory=lambda: {"data": -1})  # axes: lra.parallel
+    mesh: dict[str, int] = field(default_factory=lambda: {"data": -1})  # axes: lra.train.parallel
     grad_accum: int = 1
     remat: bool = False
     preflight: bool = True
@@ -133,7 +133,7 @@ class TrainerConfig:
 
 @dataclass
 class ArchConfig:
-    """``task.arch.*``: the encoder's shape, passed to models.build_classifier."""
+    """``task.arch.*``: the encoder's shape, passed to lra.models.build_classifier."""
 
     num_layers: int = MISSING
     dim: int = MISSING
@@ -206,7 +206,7 @@ class ModelConfig:
 
 @dataclass
 class DistributedConfig:
-    """``distributed.*``: jax.distributed start-up (lra.parallel.initialize_distributed)."""
+    """``distributed.*``: jax.distributed start-up (lra.train.parallel.initialize_distributed)."""
 
     enabled: Any = "auto"  # auto | true | false
     coordinator_address: str | None = None
@@ -291,7 +291,7 @@ class BenchConfig:
     results_dir: str = "results/bench"
     lengths: list[int] = field(default_factory=lambda: [1024, 2048, 3072, 4096, 5120])
     batch_size: int = 20
-    models: list[str] | None = None  # round-robin over these models (lra.bench)
+    models: list[str] | None = None  # round-robin over these models (lra.measure.bench)
     rounds: int = 1
     bench: BenchSettings = field(default_factory=BenchSettings)
     compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)

@@ -1,7 +1,7 @@
 """The pre-flight memory check: do the compiled steps fit before any data loads?
 
 XLA's memory analysis of the ahead-of-time compiled train and eval steps says what
-one step needs on each device (:func:`lra.measure.compiled_memory_bytes`). This
+one step needs on each device (:func:`lra.device.measure.compiled_memory_bytes`). This
 module compares it with what the device has: ``memory_stats()["bytes_limit"]``
 on GPU and TPU, the available RAM (``MemAvailable``) on CPU, where all host
 devices share the RAM, or ``trainer.memory_limit_gb`` when set. If the step does
@@ -22,7 +22,7 @@ import jax
 
 from lra.errors import LRAError
 
-log = logging.getLogger("lra.preflight")
+log = logging.getLogger("lra.train.preflight")
 GB = 1e9
 
 

@@ -1,7 +1,7 @@
 """``lra-smoke``: every chosen model on every chosen tiny task for a few steps, as a table.
 
 The check a harness user's CI runs (and ours does): each (model, task) trains ``steps`` steps
-through :func:`lra.train.train_and_evaluate` (a fresh run folder under ``results_dir``) and
+through :func:`lra.train.loop.train_and_evaluate` (a fresh run folder under ``results_dir``) and
 must keep a finite training loss; on ``listops_tiny`` the model trains ``learn_steps`` steps
 instead and its test accuracy must beat the majority class. Model and task names are found on
 Hydra's search path, so a model YAML in a user's ``--config-dir`` takes part like a built-in.
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 
-from lra import results
 from lra.data.tasks import prepare_task, resolve_data_dir
 from lra.errors import ConfigError, LRAError
-from lra.train import train_and_evaluate
+from lra.record import store
+from lra.train.loop import train_and_evaluate
 
-log = logging.getLogger("lra.smoke")
+log = logging.getLogger("lra.measure.smoke")
 
 LEARN_TASK = "listops_tiny"
 
@@ -147,8 +147,8 @@ def run_smoke(cfg) -> list[Row]:
         prepare_task(task_cfg, data_dir)
     rows = [_run(cfg, model, task) for task in task_names for model in model_names]
     text = table(rows)
-    results.ensure_writable(cfg.results_dir)
-    results.write_atomic(cfg.table, text)
+    store.ensure_writable(cfg.results_dir)
+    store.write_atomic(cfg.table, text)
     print(text, flush=True)
     failed = sum(r.problem is not None for r in rows)
     print(f"{len(rows) - failed} of {len(rows)} passed; table in {cfg.table}", flush=True)

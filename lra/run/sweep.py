@@ -26,12 +26,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 
 from lra.errors import LRAError
-from lra.results import write_atomic
+from lra.record.store import write_atomic
 from lra.run.signals import Interrupted, rerun_command
 
 STATUS_FILE = "job_status.json"
 COLUMNS = ("job", "model", "task", "seed", "status", "test_accuracy", "steps_per_sec", "record")
-log = logging.getLogger("lra.sweep")
+log = logging.getLogger("lra.run.sweep")
 
 #: Failed jobs of the last sweep that ended in this process (read by ``lra-train``).
 failed_jobs = 0

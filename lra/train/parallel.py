@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from lra.errors import ConfigError
 
 DATA_AXIS = "data"
-log = logging.getLogger("lra.parallel")
+log = logging.getLogger("lra.train.parallel")
 
 
 def _cluster_detected() -> str | None:

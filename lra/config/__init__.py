@@ -1,0 +1,1 @@
+"""Configs: the typed schema, composing, the run's setting and its identity."""

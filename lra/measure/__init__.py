@@ -1,0 +1,1 @@
+"""Measuring models beyond one run: lra-bench, the attention contract check, lra-smoke."""
