@@ -555,30 +555,34 @@ def test_report_config_lives_beside_lra_trains():
 
 # The chain load -> aggregate -> render -> orchestrate; each module imports only earlier ones.
 CHAIN = [
-    ["report_load"],
+    ["load"],
     ["leaderboard", "efficiency"],
     ["figure_data"],
-    ["report_tables", "figure"],
+    ["tables", "figure"],
     ["curves"],
-    ["report"],
+    ["main"],
 ]
 
 
 def test_report_modules_import_one_way():
+    """Inside lra.report: load -> aggregate -> render -> main, never backwards."""
     rank = {m: i for i, layer in enumerate(CHAIN) for m in layer}
     for module, level in rank.items():
-        tree = ast.parse((REPO / "lra" / f"{module}.py").read_text())
+        tree = ast.parse((REPO / "lra" / "report" / f"{module}.py").read_text())
         imported = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == "lra":
+                if node.module == "lra.report":
                     imported |= {a.name for a in node.names}
-                elif node.module.startswith("lra."):
-                    imported.add(node.module.split(".")[1])
+                elif node.module.startswith("lra.report."):
+                    imported.add(node.module.split(".")[2])
             elif isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[1] for a in node.names if a.name.startswith("lra.")}
+                imported |= {
+                    a.name.split(".")[2] for a in node.names if a.name.startswith("lra.report.")
+                }
         later = {m for m in imported if m in rank and rank[m] >= level and m != module}
-        assert not later, f"lra.{module} imports {later}, which are not earlier in the chain"
+        assert not later, f"lra.report.{module} imports {later}, which are not earlier in the chain"
+        assert imported or module == "load", f"lra.report.{module}: no lra.report import seen"
 
 
 def run_cli(*args, cwd):
@@ -586,6 +590,40 @@ def run_cli(*args, cwd):
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=120
     )
+
+
+# Any import of JAX or its libraries fails in the child: the report must not need them.
+NO_JAX = """
+import importlib.abc, sys
+class NoJax(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("jax", "jaxlib", "flax", "optax", "orbax"):
+            raise ImportError(f"{name} is blocked: lra-report must run without JAX")
+sys.meta_path.insert(0, NoJax())
+from lra.report.main import report_main
+report_main()
+"""
+
+
+def test_report_runs_where_jax_cannot_be_imported(official, tmp_path):
+    folder, _ = official
+    args = [f"results_dir=[{folder}]", f"out_dir={tmp_path / 'o'}", "protocols=unspecified"]
+    out = subprocess.run(
+        [sys.executable, "-c", NO_JAX, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "o" / "leaderboard.md").is_file()
+    blocked = subprocess.run(
+        [sys.executable, "-c", NO_JAX.replace("from lra.report.main", "import jax\nfrom lra")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "is blocked" in blocked.stderr  # the blocker itself works
 
 
 def test_cli_on_empty_results_dir_fails_clearly_then_reports(official, tmp_path):
