@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from lra.config.schema import command_line_problem
 from lra.errors import ConfigError
 from lra.train.optim import make_schedule
 
@@ -98,5 +99,8 @@ def test_cosine_with_a_horizon_follows_the_transformers_formula_past_it():
         expected = lr * min(1.0, step / warmup) * 0.5 * (1 + math.cos(math.pi * progress))
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-12)
     assert float(schedule(62400)) > float(schedule(50000))  # rises again past the horizon
-    with pytest.raises(ConfigError, match="decay_steps"):
-        make_schedule("cosine", lr, 1000, 5000, decay_steps=500)
+    # decay_steps <= warmup_steps is refused by the schema, before any work (lra.config.types)
+    bad = ["trainer.schedule=cosine", "trainer.warmup_steps=1000", "trainer.decay_steps=500"]
+    assert command_line_problem("config", bad).startswith(
+        "trainer.decay_steps (500) must exceed trainer.warmup_steps (1000)"
+    )

@@ -1,4 +1,5 @@
-"""Typed configs (lra/config/schema.py): every shipped config passes, mistakes are one line.
+"""Typed configs (lra/config/types.py, checked by lra/config/schema.py): every shipped config
+passes, mistakes are one line.
 
 Configs are composed in-process with Hydra's compose API and with
 :func:`lra.config.schema.command_line_problem` (the check the console scripts run before
@@ -16,23 +17,17 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_cli import cli
 
-from lra.config import schema
+from lra.config import types
 from lra.config.compose import CONFIG_DIR
-from lra.config.schema import (
-    BenchConfig,
-    SchemaError,
-    TrainConfig,
-    command_line_problem,
-    find_problem,
-    validate,
-)
+from lra.config.schema import SchemaError, command_line_problem, find_problem, validate
+from lra.config.types import BenchConfig, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = sorted(p.stem for p in Path(CONFIG_DIR, "model").glob("*.yaml"))
 TASKS = sorted(p.stem for p in Path(CONFIG_DIR, "task").glob("*.yaml"))
 PROTOCOLS = sorted(p.stem for p in Path(CONFIG_DIR, "protocol").glob("*.yaml"))
 OUTSIDE = ROOT / "examples" / "my_attention" / "configs"
-TRAINER_KEYS = ", ".join(sorted(f.name for f in dataclasses.fields(schema.TrainerConfig)))
+TRAINER_KEYS = ", ".join(sorted(f.name for f in dataclasses.fields(types.TrainerConfig)))
 
 
 def composed(config_name: str, *overrides: str):
@@ -134,7 +129,7 @@ def test_lra_report_checks_its_keys():
 def test_every_schema_is_a_structured_config_that_accepts_the_shipped_defaults():
     """The dataclasses are what OmegaConf / Hydra read as structured configs, and merging
     the default composition into them (OmegaConf's own check) agrees with find_problem."""
-    for name, dataclass in schema.SCHEMAS.items():
+    for name, dataclass in types.SCHEMAS.items():
         assert OmegaConf.structured(dataclass) is not None
         cfg = composed(name, "run=x") if name == "eval" else composed(name)
         assert find_problem(cfg, dataclass) is None, name
@@ -142,7 +137,7 @@ def test_every_schema_is_a_structured_config_that_accepts_the_shipped_defaults()
     from hydra.core.config_store import ConfigStore
 
     stored = ConfigStore.instance().repo
-    assert {f"lra_schema_{n}.yaml" for n in schema.SCHEMAS} <= set(stored)
+    assert {f"lra_schema_{n}.yaml" for n in types.SCHEMAS} <= set(stored)
 
 
 def unknown(key: str, allowed: str, hint: str = "") -> str:

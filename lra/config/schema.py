@@ -1,31 +1,32 @@
-"""Typed configs: what every key of the harness's configs may hold, checked before any work.
+"""Checking configs against the typed schema (:mod:`lra.config.types`), before any work.
 
-The dataclasses below are Hydra structured configs, one per config group
-(:class:`TrainerConfig`, :class:`TaskConfig` with :class:`ArchConfig`,
-:class:`ModelConfig`) and one per entry point (:class:`TrainConfig` for
-``lra-train`` and ``lra-data``, :class:`BenchConfig`, :class:`EvalConfig`,
-:class:`SmokeConfig`), registered in Hydra's ConfigStore
-as ``lra_schema_<name>`` (:func:`register`). Free-form parts stay mappings:
-``task.source`` (differs per task), ``model.attention_options`` and
-``model.arch_overrides``; ``model.attention`` is a name, a list of names or a
-``{lower, upper, lower_fraction}`` mapping (:class:`LayerSplit`).
+One generic validator: a composed config is walked against its schema dataclass, and each
+value is checked for its type, then against the constraints declared next to its field (a
+``Literal`` of allowed values, a :class:`~lra.config.types.Range`, a
+:class:`~lra.config.types.MinItems`), then each mapping against its relations
+(:data:`~lra.config.types.RELATIONS`). Checks that need the machine or the data (device
+count, file contents, data lengths, the task's own allowed ``val_source``) stay where that
+is known.
 
 A config breaks the schema when it has a key the schema does not know
 (``+trainer.num_step=5``, ``trainer.num_step=5``, ``+foo=1``, a typo in a task
 or model file), a value of the wrong type (``trainer.learning_rate=abc``,
-``trainer.num_steps=1.5``, ``seed=x``), or no value for a required key. The
-entry points then print exactly one line and exit with status 2, like every
-other user error of the harness (``lra.cli._report_errors``)::
+``trainer.num_steps=1.5``, ``seed=x``), a value its key does not allow
+(``trainer.schedule=linear``, ``trainer.grad_accum=0``), or no value for a required key.
+The entry points then print exactly one line and exit with status 2, like every
+other user error of the harness (``lra.run.exit_status.report_errors``)::
 
     error: trainer.num_step: unknown key (did you mean num_steps?); allowed keys: b1, b2, ...
     error: trainer.learning_rate: expected a float, got 'abc'
+    error: trainer.grad_accum: expected an integer >= 1, got 0
+    error: trainer.schedule: expected one of rsqrt, cosine, constant; got 'linear'
 
 How, and why this way. The schema is *not* in the configs' defaults lists.
 Composing with it there would make Hydra reject these mistakes itself, but with
 its own multi-line message and exit status 1, and it would change the config
-every run sees (``trainer.learning_rate=1`` would become ``1.0``, defaults would
-be added), so the resolved config, and with it every run's identity hash and
-run folder, would change. Instead the schema only *checks*:
+every run sees (``trainer.learning_rate=1`` would become ``1.0``), so the
+resolved config, and with it every run's identity hash and run folder, would
+change. Instead the schema only *checks*:
 
 1. :func:`check_command_line`, called by each console script before its Hydra
    app (before JAX starts, before data loads, before Hydra makes an output
@@ -46,6 +47,8 @@ run folder, would change. Instead the schema only *checks*:
    got, is the backstop for anything step 1 could not see (a job of a sweeper
    whose values cannot be listed, a primary config of the user's own). In a
    sweep its error is that job's ``failed`` row (:mod:`lra.run.sweep`).
+3. :func:`check_value`: one key's value, for library functions called with a
+   plain value (``make_schedule("cosine", ...)``) rather than a checked config.
 
 The config passed to the app is Hydra's, unchanged: checking never converts or
 adds a value. Scalars are checked with OmegaConf's own value nodes, so what
@@ -53,12 +56,12 @@ passes is exactly what a structured config would accept (``'7'`` is an
 integer, ``1`` a float, ``yes`` a boolean); interpolations (``${...}``) are
 not resolved and not checked. Nothing here imports JAX.
 
-``lra-report`` is checked the same way (:class:`ReportConfig`, from
-``lra.report.main.report_main``).
+``lra-report`` is checked the same way (:class:`~lra.config.types.ReportConfig`,
+from ``lra.report.main.report_main``).
 
-A new config key goes into its config file *and* into its dataclass here:
-tests/test_typed_config.py composes every model x task (x protocol, trainer and
-logger preset) and fails until the two agree.
+A new config key goes into its config file *and* into its dataclass in
+:mod:`lra.config.types`: tests/test_typed_config.py composes every model x task (x protocol,
+trainer and logger preset) and fails until the two agree.
 """
 
 from __future__ import annotations
@@ -71,8 +74,7 @@ import os
 import sys
 import types
 import typing
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from omegaconf import (
     MISSING,
@@ -87,286 +89,13 @@ from omegaconf import (
 )
 
 from lra.config.compose import CONFIG_DIR
+from lra.config.types import RELATIONS, SCHEMAS, MinItems, Range, TrainConfig
 from lra.errors import ConfigError
 
 
 class SchemaError(ConfigError):
-    """A config breaks the schema: an unknown key, a wrong type or a missing value."""
-
-
-# --- the groups ---------------------------------------------------------------------------
-
-
-@dataclass
-class TrainerConfig:
-    """``trainer.*``: configs/trainer/default.yaml; task and protocol files override it."""
-
-    batch_size: int = MISSING
-    learning_rate: float = MISSING
-    schedule: str = MISSING  # rsqrt | cosine | constant (checked by lra.train.optim)
-    warmup_steps: int = MISSING
-    num_steps: int = MISSING
-    decay_steps: int | None = None  # cosine only: its horizon (None = num_steps)
-    weight_decay: float = MISSING
-    b1: float = MISSING
-    b2: float = MISSING
-    eps: float = MISSING
-    grad_clip: float = MISSING
-    precision: str = MISSING  # fp32 | bf16
-    dropout_rng: str = "hash"  # hash | rbg | threefry (checked by lra.train.dropout_rng)
-    eval_every: int = MISSING
-    eval_batches: int | None = None
-    log_every: int = MISSING
-    selection: str = MISSING  # best_val | last (checked by the training loop)
-    progress: bool = MISSING
-    mesh: dict[str, int] = field(default_factory=lambda: {"data": -1})  # axes: lra.train.parallel
-    grad_accum: int = 1
-    remat: bool = False
-    preflight: bool = True
-    memory_limit_gb: float | None = None
-    checkpoint_every: int = MISSING
-    checkpoint_minutes: float = MISSING
-    keep_checkpoints: int = MISSING
-    resume: str = MISSING  # auto | never | must
-    skip_done: bool = MISSING
-
-
-@dataclass
-class ArchConfig:
-    """``task.arch.*``: the encoder's shape, passed to lra.models.build_classifier."""
-
-    num_layers: int = MISSING
-    dim: int = MISSING
-    qkv_dim: int | None = MISSING
-    num_heads: int = MISSING
-    mlp_dim: int = MISSING
-    dropout: float = MISSING
-    attention_dropout: float = MISSING
-    pooling: str = MISSING  # cls | mean
-    positions: str = MISSING  # sinusoidal | learned
-
-
-@dataclass
-class ListOpsGenerator:
-    """``task.generator.*``: the ListOps generator's parameters (lra/data/listops.py)."""
-
-    num_train: int = MISSING
-    num_val: int = MISSING
-    num_test: int = MISSING
-    min_length: int = MISSING
-    max_length: int = MISSING
-    max_depth: int = MISSING
-    max_args: int = MISSING
-    seed: int = MISSING
-
-
-@dataclass
-class TaskConfig:
-    """``task.*``: one file of configs/task/ (``@package _global_``: it also sets trainer.*)."""
-
-    name: str = MISSING
-    dataset: str = MISSING  # listops | text | retrieval | image | pathfinder
-    data_subdir: str = MISSING
-    max_length: int = MISSING
-    vocab_size: int = MISSING
-    num_classes: int = MISSING
-    dual: bool = False
-    # Where the validation split comes from: official | train | test (lra.data.tasks).
-    val_source: str = "official"
-    val_fraction: float | None = None  # the held-out share of train (val_source=train)
-    generator: ListOpsGenerator | None = None  # ListOps only
-    source: dict[str, Any] | None = None  # free-form: each dataset reads its own keys
-    arch: ArchConfig = field(default_factory=ArchConfig)
-
-
-@dataclass
-class LayerSplit:
-    """``model.attention`` as a two-part schedule: the lowest ``int(num_layers *
-    lower_fraction)`` layers use ``lower``, the rest ``upper``."""
-
-    lower: str = MISSING
-    upper: str = MISSING
-    lower_fraction: float = 0.5
-
-
-@dataclass
-class ModelConfig:
-    """``model.*``: one file of configs/model/ (or of a ``--config-dir`` of your own)."""
-
-    name: str = MISSING
-    # A mechanism name (or import path) for every layer, a list of names (one per layer) or
-    # a LayerSplit mapping. Any for OmegaConf; find_problem checks the three forms.
-    attention: Any = field(default=MISSING, metadata={"one_of": (str, list[str], LayerSplit)})
-    attention_options: dict[str, Any] = field(default_factory=dict)  # mechanism -> options
-    arch_overrides: dict[str, Any] = field(default_factory=dict)  # task.arch keys to change
-
-
-# --- top level: configs/config.yaml and configs/logger/ ---------------------------------
-
-
-@dataclass
-class DistributedConfig:
-    """``distributed.*``: jax.distributed start-up (lra.train.parallel.initialize_distributed)."""
-
-    enabled: Any = "auto"  # auto | true | false
-    coordinator_address: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
-    local_device_ids: list[int] | None = None
-    cpu_collectives: str = "gloo"  # gloo | mpi
-
-
-@dataclass
-class WandbConfig:
-    """``logger.wandb.*`` (configs/logger/wandb.yaml)."""
-
-    project: str | None = "lra"
-    entity: str | None = None
-    group: str | None = None
-    name: str | None = None
-    tags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class TensorboardConfig:
-    """``logger.tensorboard.*`` (configs/logger/tensorboard.yaml)."""
-
-    flush_secs: float = 30
-
-
-@dataclass
-class LoggerConfig:
-    """``logger.*``: one entry per chosen logger (``logger=[wandb,tensorboard]``)."""
-
-    wandb: WandbConfig | None = None
-    tensorboard: TensorboardConfig | None = None
-
-
-@dataclass
-class CompileCacheConfig:
-    """``compile_cache.*``: JAX's persistent compilation cache (lra/compile_cache.py)."""
-
-    enabled: bool = True
-    dir: str | None = None
-    min_compile_seconds: float | None = None
-
-
-@dataclass
-class TrainConfig:
-    """``lra-train`` and ``lra-data``: configs/config.yaml."""
-
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    protocol: str | None = None  # lra_official | transnormer (configs/protocol/)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    seed: int = 0
-    data_dir: str | None = None
-    results_dir: str = "results/runs"
-    num_workers: int | None = None
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    rebuild: bool = False
-    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
-
-
-@dataclass
-class BenchSettings:
-    """``bench.*`` of configs/bench.yaml."""
-
-    warmup_steps: int = 2
-    windows: int = 5
-    steps_per_window: int = 5
-    isolate: bool = True
-
-
-@dataclass
-class BenchConfig:
-    """``lra-bench``: configs/bench.yaml."""
-
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    protocol: str | None = None
-    seed: int = 0
-    results_dir: str = "results/bench"
-    lengths: list[int] = field(default_factory=lambda: [1024, 2048, 3072, 4096, 5120])
-    batch_size: int = 20
-    models: list[str] | None = None  # round-robin over these models (lra.measure.bench)
-    rounds: int = 1
-    bench: BenchSettings = field(default_factory=BenchSettings)
-    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
-
-
-@dataclass
-class EvalConfig:
-    """``lra-eval``: configs/eval.yaml."""
-
-    run: str = MISSING
-    split: str = "test"  # train | val | test
-    checkpoint: str = "selected"  # selected | last | a kept step
-    data_dir: str | None = None
-
-
-@dataclass
-class SmokeConfig:
-    """``lra-smoke``: configs/smoke.yaml."""
-
-    models: list[str] | None = None
-    tasks: list[str] | None = None
-    steps: int = 20
-    learn_steps: int = 100
-    seed: int = 0
-    data_dir: str | None = None
-    results_dir: str = "results/smoke"
-    table: str = MISSING
-    overrides: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ReportConfig:
-    """``lra-report``: configs/report.yaml."""
-
-    results_dir: Any = field(default_factory=lambda: ["results/runs", "results/bench"])
-    out_dir: str = "results"
-    tasks: str = "auto"
-    models: list[str] | None = None
-    settings: list[str] | None = None
-    protocols: Any = None  # a name or a list of names
-    since: str | None = None
-    until: str | None = None
-    figure: bool = True
-    figure_length: int = 2048
-    reference_csv: str | None = None
-    show_reference: bool = True
-    curves: bool = True
-
-
-#: Primary config name (configs/<name>.yaml) -> its schema.
-SCHEMAS: dict[str, type] = {
-    "config": TrainConfig,
-    "bench": BenchConfig,
-    "eval": EvalConfig,
-    "smoke": SmokeConfig,
-    "report": ReportConfig,
-}
-GROUP_SCHEMAS: dict[str, type] = {
-    "trainer": TrainerConfig,
-    "task": TaskConfig,
-    "model": ModelConfig,
-}
-
-
-def register() -> None:
-    """Store the schemas in Hydra's ConfigStore as top-level configs ``lra_schema_<name>``
-    (``lra_schema_config``, ``lra_schema_bench``, ..., ``lra_schema_trainer``): a primary
-    config of your own can start from one (``defaults: [lra_schema_config, _self_]``). Not
-    in a config group, so they add no option to ``model=``/``task=`` and no group to
-    ``--help``."""
-    from hydra.core.config_store import ConfigStore
-
-    store = ConfigStore.instance()
-    for name, schema in {**SCHEMAS, **GROUP_SCHEMAS}.items():
-        store.store(name=f"lra_schema_{name}", node=schema)
+    """A config breaks the schema: an unknown key, a wrong type, a value outside what its key
+    allows, or a missing value."""
 
 
 # --- checking a composed config -----------------------------------------------------------
@@ -383,9 +112,17 @@ def _optional(tp) -> tuple[Any, bool]:
     return tp, False
 
 
+def _peel(tp) -> tuple[Any, tuple]:
+    """(``X``, its constraints) for ``Annotated[X, ...]``, else (``tp``, ())."""
+    if typing.get_origin(tp) is Annotated:
+        return tp.__origin__, tp.__metadata__
+    return tp, ()
+
+
 def describe(tp) -> str:
     """``tp`` in words: ``a float``, ``an integer or null``, ``a list of integers``."""
     tp, optional = _optional(tp)
+    tp, _ = _peel(tp)
     origin = typing.get_origin(tp)
     if tp is int:
         text = "an integer"
@@ -414,6 +151,13 @@ def _plural(text: str) -> str:
     return head + "s" + sep + tail if not head.endswith("s") else text
 
 
+def _word(value) -> str:
+    """A value as YAML spells it: ``true``, ``null``, ``fp32``."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _shown(node) -> str:
     """A config value as the error line shows it: strings quoted, ``null`` for None."""
     if isinstance(node, (DictConfig, ListConfig)):
@@ -429,7 +173,7 @@ def _fields(schema) -> dict[str, dataclasses.Field]:
 
 
 def _hints(schema) -> dict[str, Any]:
-    return typing.get_type_hints(schema)
+    return typing.get_type_hints(schema, include_extras=True)
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -447,8 +191,39 @@ def _missing(path: str) -> str:
     return f"{path}: no value given; set it in its config file or on the command line ({path}=...)"
 
 
+def _scalar(node, tp):
+    """The value of the scalar ``node`` as a ``tp`` (``'7'`` -> 7); ValidationError if it is
+    not one."""
+    if tp in _SCALARS:
+        return _SCALARS[tp](value=node._value())._value()
+    return node._value()
+
+
+def _is_allowed(value, values: tuple) -> bool:
+    return any(value == v and type(value) is type(v) for v in values)
+
+
+def _constraint_problem(node, tp, rules: tuple, path: str, optional: bool) -> str | None:
+    """``node`` (of type ``tp``, already checked) against its declared constraints."""
+    for rule in rules:
+        if typing.get_origin(rule) is Literal:
+            values = typing.get_args(rule)
+            if not _is_allowed(_scalar(node, tp), values):
+                wanted = ", ".join(_word(v) for v in values)
+                return f"{path}: expected one of {wanted}; got {_shown(node)}"
+        elif isinstance(rule, Range):
+            if not rule.holds(_scalar(node, tp)):
+                tail = " or null" if optional else ""
+                return f"{path}: expected {describe(tp)} {rule.words()}{tail}, got {_shown(node)}"
+        elif isinstance(rule, MinItems) and len(node) < rule.count:
+            items = "item" if rule.count == 1 else "items"
+            return f"{path}: expected {describe(tp)} of at least {rule.count} {items}, got []"
+    return None
+
+
 def _problem(node, tp, path: str, one_of=None) -> str | None:
-    """The first thing wrong with ``node`` (a config node at ``path``) against type ``tp``."""
+    """The first thing wrong with ``node`` (a config node at ``path``) against type ``tp``
+    (and the constraints ``Annotated`` on it)."""
     if node._is_missing():
         return _missing(path)
     if node._is_interpolation():
@@ -457,10 +232,18 @@ def _problem(node, tp, path: str, one_of=None) -> str | None:
         return _one_of_problem(node, one_of, path)
     declared = tp
     tp, optional = _optional(tp)
+    tp, rules = _peel(tp)
     if node._is_none():
         if optional or tp is Any:
             return None
         return f"{path}: expected {describe(tp)}, got null"
+    found = _type_problem(node, tp, path, declared)
+    if found or not rules:
+        return found
+    return _constraint_problem(node, tp, rules, path, optional)
+
+
+def _type_problem(node, tp, path: str, declared) -> str | None:
     if tp is Any:
         return None
     origin = typing.get_origin(tp)
@@ -512,6 +295,21 @@ def _one_of_problem(node, forms, path: str) -> str | None:
     return f"{path}: expected one of: {wanted}; got {_shown(node)}"
 
 
+def _values(node: DictConfig, hints: dict) -> dict:
+    """The concrete scalar values of a checked mapping, each as its field's type (a missing
+    value, an interpolation or a sub-mapping is left out)."""
+    out = {}
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, (DictConfig, ListConfig)):
+            continue
+        if child._is_missing() or child._is_interpolation():
+            continue
+        tp, _ = _peel(_optional(hints[key])[0])
+        out[key] = None if child._is_none() else _scalar(child, tp)
+    return out
+
+
 def _mapping_problem(node: DictConfig, schema, path: str, skip=()) -> str | None:
     fields, hints = _fields(schema), _hints(schema)
     for key in node.keys():
@@ -529,6 +327,13 @@ def _mapping_problem(node: DictConfig, schema, path: str, skip=()) -> str | None
     for name, f in fields.items():
         if name not in node and _required(f):
             return _missing(f"{path}.{name}" if path else name)
+    relations = RELATIONS.get(schema, ())
+    if relations:
+        values = _values(node, hints)
+        for relation in relations:
+            found = relation(values)
+            if found:
+                return found
     return None
 
 
@@ -558,12 +363,35 @@ def validate(cfg: DictConfig, config_name: str | None = None) -> None:
             raise SchemaError(problem)
 
 
+def _field_type(key: str, schema: type):
+    """``(type, one_of)`` of the dotted ``key`` in ``schema``; KeyError if it names no field."""
+    tp, one_of = schema, None
+    for part in key.split("."):
+        tp, _ = _optional(tp)
+        tp, _ = _peel(tp)
+        f = _fields(tp)[part]
+        tp, one_of = _hints(tp)[part], f.metadata.get("one_of")
+    return tp, one_of
+
+
+def check_value(key: str, value, schema: type = TrainConfig) -> None:
+    """Raise :class:`SchemaError` (the line :func:`find_problem` gives) if ``value`` is not
+    what the dotted ``key`` of ``schema`` allows: for library functions called with a plain
+    value (``check_value("trainer.schedule", name)``) rather than a checked config."""
+    tp, one_of = _field_type(key, schema)
+    node = OmegaConf.create({"value": value})._get_node("value")
+    problem = _problem(node, tp, key, one_of)
+    if problem:
+        raise SchemaError(problem)
+
+
 def key_problem(key: str, schema: type) -> str | None:
     """``<key>: unknown key; allowed keys: ...`` if the dotted ``key`` names nothing the
     schema allows (below a free-form mapping anything goes), else None."""
     tp, path = schema, ""
     for part in key.split("."):
         tp, _ = _optional(tp)
+        tp, _ = _peel(tp)
         if not dataclasses.is_dataclass(tp):
             return None  # a mapping, a list, Any or a scalar: not for this check to say
         fields = _fields(tp)
@@ -707,6 +535,3 @@ def check_command_line(config_name: str, argv: list[str] | None = None) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr, flush=True)
         sys.exit(2)
-
-
-register()

@@ -56,6 +56,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lra.data.split import Split
+from lra.data.workers import default_workers, worker_count
 from lra.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -233,13 +234,6 @@ def _check_generator_params(
         raise ConfigError(f"ListOps seed must be a non-negative integer, got {seed!r}")
 
 
-def _default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 #: Give up when this many chunks in a row yield no tree of an accepted length.
 _MAX_EMPTY_CHUNKS = 500
 
@@ -264,7 +258,7 @@ def iter_accepted(
     ``with contextlib.closing(...)``) to stop the worker processes.
     """
     _check_generator_params(min_length, max_length, max_depth, max_args, seed)
-    workers = _default_workers() if num_workers is None else max(1, int(num_workers))
+    workers = worker_count(num_workers)
 
     def params(chunk: int):
         return (seed, chunk, CHUNK_SIZE, min_length, max_length, max_depth, max_args, leaf_prob)
@@ -413,7 +407,7 @@ def write_listops(
             "generator": generator,
             "files": SPLIT_FILES,
             "seconds": round(seconds, 3),
-            "num_workers": num_workers if num_workers is not None else _default_workers(),
+            "num_workers": num_workers if num_workers is not None else default_workers(),
             **stats,
         }
         _write_metadata(tmp_dir / METADATA_FILE, metadata)

@@ -56,6 +56,7 @@ import numpy as np
 from lra.data.release import release_candidates
 from lra.data.split import Split
 from lra.data.store import is_prepared, prepared_dir, write_prepared
+from lra.data.workers import worker_count
 from lra.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -194,13 +195,6 @@ def _decode_chunk(
     return tokens, ok, skipped
 
 
-def _default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _decode_all(jobs: list, workers: int, progress: bool):
     total = sum(len(job[0]) for job in jobs)
     bar = None
@@ -268,7 +262,7 @@ def read_pathfinder_folder(
     paths = [str(folder / rel) for rel, _ in entries]
     labels_all = np.array([label for _, label in entries], np.int32)
     n = len(paths)
-    workers = _default_workers() if num_workers is None else max(1, int(num_workers))
+    workers = worker_count(num_workers)
     if n < POOL_MIN_IMAGES:
         workers = 1
     jobs = [(paths[i : i + DECODE_CHUNK], resolution, resize_to) for i in range(0, n, DECODE_CHUNK)]

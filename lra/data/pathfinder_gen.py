@@ -110,7 +110,6 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
-import os
 import shutil
 import signal
 import threading
@@ -121,6 +120,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from lra.atomic import atomic_file, write_atomic
+from lra.data.workers import worker_count
 from lra.errors import DataError
 
 DIFFICULTIES = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
@@ -565,16 +566,6 @@ def _batch_rng(seed: int, params: PathfinderParams, batch: int) -> np.random.Gen
     return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=key))
 
 
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = _tmp_name(path)
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _metadata_line(batch: int, i: int, label: int, params: PathfinderParams, margin: int) -> str:
     p = params
     return (
@@ -595,22 +586,14 @@ def _write_batch(folder, params, seed, batch, count, on_image=None) -> int:
     for i in range(count):
         image, label, info = generate_image(params, rng)
         path = img_dir / f"sample_{i}.png"
-        tmp = _tmp_name(path)
-        Image.fromarray(image).save(tmp, format="PNG")
-        os.replace(tmp, path)
+        with atomic_file(path) as tmp:
+            Image.fromarray(image).save(tmp, format="PNG")
         lines.append(_metadata_line(batch, i, label, params, info["margin"]))
         if on_image is not None:
             on_image()
     meta = folder / "metadata" / f"{batch}.npy"
-    _atomic_write_bytes(meta, ("\n".join(lines) + "\n").encode())
+    write_atomic(meta, "\n".join(lines) + "\n")
     return count
-
-
-def _default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 _images_done = None  # in a pool worker: the shared counter of finished images
@@ -708,7 +691,7 @@ def _check_generator_file(folder: Path, record: dict) -> None:
             )
     else:
         text = json.dumps(record, indent=2, sort_keys=True) + "\n"
-        _atomic_write_bytes(path, text.encode())
+        write_atomic(path, text)
 
 
 def write_pathfinder(
@@ -766,7 +749,7 @@ def write_pathfinder(
     num_batches = -(-num_images // images_per_batch)
     counts = [min(images_per_batch, num_images - b * images_per_batch) for b in range(num_batches)]
     todo = [b for b in range(num_batches) if not (folder / "metadata" / f"{b}.npy").exists()]
-    workers = _default_workers() if num_workers is None else max(1, int(num_workers))
+    workers = worker_count(num_workers)
     workers = min(workers, len(todo))
     bar = tqdm(
         total=num_images,

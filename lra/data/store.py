@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from lra.atomic import atomic_folder
 from lra.data.split import Split
 from lra.errors import DataError
 
@@ -81,12 +80,7 @@ def write_prepared(folder: Path, splits: dict[str, Split], meta: dict) -> Path:
     missing = [s for s in SPLITS if s not in splits]
     if missing:
         raise ValueError(f"write_prepared needs splits {SPLITS}; missing {missing}")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.parent / f"{folder.name}.partial-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with atomic_folder(folder) as tmp:
         for name in SPLITS:
             split = splits[name]
             for i, (tokens, lengths) in enumerate(zip(split.inputs, split.lengths, strict=True)):
@@ -106,16 +100,6 @@ def write_prepared(folder: Path, splits: dict[str, Split], meta: dict) -> Path:
             "counts": {name: len(splits[name]) for name in SPLITS},
         }
         (tmp / META_FILE).write_text(json.dumps(full_meta, indent=2, sort_keys=True) + "\n")
-        if folder.exists():
-            old = folder.parent / f"{folder.name}.old-{os.getpid()}"
-            os.replace(folder, old)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 

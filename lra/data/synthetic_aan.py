@@ -21,12 +21,11 @@ with the same parameters is reused.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import string
 from pathlib import Path
 
+from lra.atomic import atomic_folder
 from lra.errors import ConfigError
 
 SPLIT_FILES = {
@@ -137,11 +136,7 @@ def write_aan_fixture(
         _topic_words(rng, "".join(letters[k * per_topic : (k + 1) * per_topic]), words_per_topic)
         for k in range(num_topics)
     ]
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_folder(out_dir) as tmp:
         start = 0
         for split, name in SPLIT_FILES.items():
             n = params[f"num_{split}"]
@@ -149,8 +144,4 @@ def write_aan_fixture(
             start += 2 * n
             (tmp / name).write_bytes("".join(rows).encode("utf-8"))
         (tmp / FIXTURE_FILE).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
-        shutil.rmtree(out_dir, ignore_errors=True)
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import random
 import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from lra.atomic import atomic_file
 
 FIXED_MTIME = 1_300_000_000  # any fixed time: the archives must not depend on the clock
 
@@ -77,9 +78,7 @@ def write_tar_gz(path: Path, members: Iterable[tuple[str, bytes | None]]) -> Pat
     appears atomically and is reproducible: fixed mtimes, owner and gzip header.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_file(path) as tmp:
         with open(tmp, "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
                 with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -94,9 +93,6 @@ def write_tar_gz(path: Path, members: Iterable[tuple[str, bytes | None]]) -> Pat
                             info.size = len(data)
                             info.mode = 0o644
                             tar.addfile(info, io.BytesIO(data))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -37,6 +37,7 @@ import shutil
 import time
 from pathlib import Path
 
+from lra.config.types import ValSource, allowed
 from lra.data import listops, store
 from lra.data.split import VAL_SPLIT_SEED, Split, hold_out
 from lra.errors import ConfigError, DataError
@@ -44,7 +45,7 @@ from lra.errors import ConfigError, DataError
 logger = logging.getLogger(__name__)
 
 #: Every ``task.val_source`` value; :func:`allowed_val_sources` says which a task accepts.
-VAL_SOURCES = ("official", "train", "test")
+VAL_SOURCES = allowed(ValSource)
 
 
 def default_data_dir() -> Path:

@@ -15,6 +15,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lra.atomic import write_atomic
 from lra.errors import DataError
 
 SCHEMA_VERSION = 1
@@ -109,26 +110,6 @@ def record_filename(record: dict) -> str:
         f"{record['kind']}__{record['model']}__{record['task']}__seed{record['seed']}"
         f"__{stamp}__{record['config_hash']}__{uuid.uuid4().hex[:6]}.json"
     )
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder, fsync and rename.
-
-    A reader never sees a half-written file; on any error the temporary file is removed.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def record_text(record: dict) -> str:

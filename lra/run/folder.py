@@ -9,14 +9,16 @@ the model from it); ``record.json`` is the finished run's results record.
 import json
 from pathlib import Path
 
+from lra.atomic import write_atomic
 from lra.config.identity import result_config, run_dir, run_key
+from lra.config.types import ResumeMode, allowed
 from lra.errors import ConfigError, DataError
 from lra.record import store
 from lra.run.checkpoint import delete_checkpoints
 
 CONFIG_FILE = "config.json"
 RECORD_FILE = "record.json"
-RESUME_MODES = ("auto", "never", "must")
+RESUME_MODES = allowed(ResumeMode)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -62,10 +64,10 @@ class RunFolder:
                 "differs); move that folder away"
             )
         text = json.dumps(self.config, indent=2, sort_keys=True) + "\n"
-        store.write_atomic(self.path / CONFIG_FILE, text)
+        write_atomic(self.path / CONFIG_FILE, text)
 
     def write_record(self, record: dict) -> Path:
-        return store.write_atomic(self.record_path, store.record_text(record))
+        return write_atomic(self.record_path, store.record_text(record))
 
 
 def read_run_config(folder: str | Path) -> dict:

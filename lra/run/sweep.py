@@ -25,8 +25,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 
+from lra.atomic import write_atomic
 from lra.errors import LRAError
-from lra.record.store import write_atomic
 from lra.run.signals import Interrupted, rerun_command
 
 STATUS_FILE = "job_status.json"

@@ -21,12 +21,12 @@ drops what it holds past ``S`` or skips what it already has: no step appears twi
 
 import importlib
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Protocol
 
-import jax
-
+from lra.config.schema import SchemaError, key_problem
+from lra.config.types import LoggerConfig, TrainConfig
 from lra.errors import ConfigError
 
 SUMMARY_KEYS = (
@@ -51,6 +51,8 @@ BACKENDS = {
         "tensorboard",
     ),
 }
+
+assert set(BACKENDS) == {f.name for f in fields(LoggerConfig)}  # the schema's logger names
 
 
 @dataclass
@@ -81,9 +83,11 @@ class MissingExtra(ConfigError):
 
 
 def _backend(name: str) -> tuple[str, str, str, str]:
-    """``(module, opener, package, extra)`` of a logger name, or a ConfigError."""
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown logger {name!r}; choose none or any of {', '.join(BACKENDS)}")
+    """``(module, opener, package, extra)`` of a logger name (a key of ``logger``), or the
+    schema's unknown-key error."""
+    problem = key_problem(f"logger.{name}", TrainConfig)
+    if problem:
+        raise SchemaError(problem)
     return BACKENDS[name]
 
 
@@ -144,6 +148,8 @@ def sweep_group() -> str | None:
 
 def open_trackers(logger_cfg: dict | None, info: RunInfo) -> Trackers:
     """The trackers of a run: the JSON-lines file and every backend in ``logger_cfg``."""
+    import jax  # here, not at the top: lra-report reads lra.track.jsonl and never imports JAX
+
     from lra.track.jsonl import JsonLines
 
     if jax.process_index() != 0:

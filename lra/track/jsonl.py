@@ -11,7 +11,8 @@ logged again appear once.
 import json
 from pathlib import Path
 
-from lra.record.store import utc_now, write_atomic
+from lra.atomic import write_atomic
+from lra.record.store import utc_now
 
 METRICS_FILE = "metrics.jsonl"
 

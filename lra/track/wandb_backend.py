@@ -28,7 +28,7 @@ from pathlib import Path
 
 import wandb
 
-from lra.record.store import write_atomic
+from lra.atomic import write_atomic
 
 LAST_STEP_FILE = "lra-last-step.json"
 MAX_ID_LENGTH = 64

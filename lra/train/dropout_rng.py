@@ -46,7 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import define_prng_impl
 
-from lra.errors import ConfigError
+from lra.config.schema import check_value
+from lra.config.types import DropoutGenerator, allowed
 
 __all__ = ["GENERATORS", "HASH_PRNG", "dropout_key", "hash32"]
 
@@ -126,14 +127,11 @@ HASH_PRNG = define_prng_impl(
 )
 # trainer.dropout_rng -> the JAX PRNG implementation of its keys.
 _IMPLS = {"hash": HASH_PRNG, "rbg": "rbg", "threefry": "threefry2x32"}
-GENERATORS = tuple(_IMPLS)
+GENERATORS = allowed(DropoutGenerator)  # hash: the fast default; rbg, threefry: JAX's own
+assert set(GENERATORS) == set(_IMPLS)
 
 
 def dropout_key(seed: int, generator: str = "hash") -> jax.Array:
     """The root dropout key of a run: ``jax.random.key(seed)`` with ``generator``'s impl."""
-    if generator not in GENERATORS:
-        raise ConfigError(
-            f"trainer.dropout_rng must be one of {GENERATORS}, got {generator!r} "
-            "(hash: the fast default; rbg, threefry: JAX's own generators)"
-        )
+    check_value("trainer.dropout_rng", generator)
     return jax.random.key(int(seed), impl=_IMPLS[generator])

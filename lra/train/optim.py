@@ -22,9 +22,10 @@ official code used; gradient clipping by global norm is applied first when
 import jax.numpy as jnp
 import optax
 
-from lra.errors import ConfigError
+from lra.config.schema import check_value
+from lra.config.types import Schedule, allowed
 
-SCHEDULES = ("rsqrt", "cosine", "constant")
+SCHEDULES = allowed(Schedule)
 
 
 def make_schedule(
@@ -34,17 +35,10 @@ def make_schedule(
     num_steps: int,
     decay_steps: int | None = None,
 ) -> optax.Schedule:
-    """The learning rate at each step for one of :data:`SCHEDULES`."""
-    if name not in SCHEDULES:
-        raise ConfigError(
-            f"unknown trainer.schedule {name!r}; choose one of {', '.join(SCHEDULES)}"
-        )
+    """The learning rate at each step for one of :data:`SCHEDULES`. The values are checked by
+    the schema (lra.config.types: ranges, and ``decay_steps`` > ``warmup_steps``)."""
+    check_value("trainer.schedule", name)
     warmup = max(int(warmup_steps), 0)
-    if decay_steps is not None and int(decay_steps) <= warmup:
-        raise ConfigError(
-            f"trainer.decay_steps ({decay_steps}) must exceed trainer.warmup_steps ({warmup}); "
-            "null decays over trainer.num_steps"
-        )
     horizon = int(num_steps) if decay_steps is None else int(decay_steps)
     decay_span = max(horizon - warmup, 1)
     upper = 1.0 if decay_steps is None else jnp.inf
@@ -71,7 +65,7 @@ def make_optimizer(trainer_cfg) -> optax.GradientTransformation:
         trainer_cfg.learning_rate,
         trainer_cfg.warmup_steps,
         trainer_cfg.num_steps,
-        trainer_cfg.get("decay_steps"),
+        trainer_cfg.get("decay_steps"),  # absent in the config of a run older than the key
     )
     parts = []
     if trainer_cfg.grad_clip and trainer_cfg.grad_clip > 0:

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from lra.config.schema import check_value
 from lra.errors import ConfigError
 
 DATA_AXIS = "data"
@@ -48,22 +49,16 @@ def initialize_distributed(dist_cfg) -> bool:
     """
     if dist_cfg is None:
         return False
-    enabled = dist_cfg.get("enabled", "auto")
-    explicit = dist_cfg.get("coordinator_address") is not None
-    if enabled not in ("auto", True, False):
-        raise ConfigError(f"distributed.enabled must be auto, true or false, got {enabled!r}")
+    check_value("distributed", dist_cfg)  # allowed values; a coordinator needs both ids
+    enabled = dist_cfg.enabled
+    explicit = dist_cfg.coordinator_address is not None
     detected = _cluster_detected()
     if enabled is False or (enabled == "auto" and not explicit and detected is None):
         return False
     if jax.distributed.is_initialized():
         return True
-    if explicit and (dist_cfg.get("num_processes") is None or dist_cfg.get("process_id") is None):
-        raise ConfigError(
-            "distributed.coordinator_address is set but distributed.num_processes or "
-            "distributed.process_id is not; give all three (or none, on SLURM or a TPU slice)"
-        )
     # CPU processes need a collectives backend to talk to each other (no effect on GPU/TPU).
-    jax.config.update("jax_cpu_collectives_implementation", dist_cfg.get("cpu_collectives"))
+    jax.config.update("jax_cpu_collectives_implementation", dist_cfg.cpu_collectives)
     kwargs = {}
     if explicit:
         kwargs = {
@@ -71,7 +66,7 @@ def initialize_distributed(dist_cfg) -> bool:
             "num_processes": int(dist_cfg.num_processes),
             "process_id": int(dist_cfg.process_id),
         }
-    if dist_cfg.get("local_device_ids") is not None:
+    if dist_cfg.local_device_ids is not None:
         kwargs["local_device_ids"] = list(dist_cfg.local_device_ids)
     try:
         jax.distributed.initialize(**kwargs)
