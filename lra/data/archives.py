@@ -305,3 +305,42 @@ def tfds_examples(name: str, splits: Sequence[str]) -> dict[str, list[dict]] | N
     except Exception as err:  # noqa: BLE001
         logger.info("tfds.load(%r) unavailable (%s); reading the original archive", name, err)
     return None
+
+
+def read_source(
+    task_cfg,
+    data_dir: Path,
+    *,
+    archive_name: str,
+    fixture_archive: Callable,
+    from_tfds: Callable[[], dict | None],
+    tfds_name: str,
+    read_archive: Callable[[Path], dict],
+    tfds_allowed: bool = True,
+) -> tuple[dict, dict]:
+    """``(raw splits, where they came from)`` of a task read from an archive (Text, Image).
+
+    In order: the tiny task's synthetic fixture (``source.fixture``: ``fixture_archive(task_cfg,
+    data_dir)``); else TensorFlow Datasets (``from_tfds()``) unless ``source.archive`` is set,
+    ``source.tfds`` is false or ``tfds_allowed`` is false; else the official archive
+    (:func:`source_archive`, ``archive_name``), read by ``read_archive``. The second value holds
+    ``source`` and, for an archive, its path and SHA-256, for the prepared folder's metadata.
+    """
+    source = task_cfg.source
+    raw, meta, archive = None, {}, None
+    if source.get("fixture"):
+        archive = fixture_archive(task_cfg, data_dir)
+    else:
+        if not source.get("archive") and source.get("tfds", True) and tfds_allowed:
+            raw = from_tfds()
+            meta["source"] = f"tfds:{tfds_name}"
+        if raw is None:
+            archive = source_archive(source, data_dir, archive_name)
+    if raw is None:
+        logger.info("reading %s", archive)
+        raw = read_archive(archive)
+        kind = "synthetic fixture" if source.get("fixture") else "archive"
+        meta.update(
+            source=f"{kind} {archive}", archive=str(archive), archive_sha256=sha256_file(archive)
+        )
+    return raw, meta

@@ -44,20 +44,17 @@ Preparation reads one compressed stream, so ``num_workers`` is not used.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
 import numpy as np
 
-from lra.data.archives import iter_tar_members, sha256_file, source_archive, tfds_examples
+from lra.data.archives import iter_tar_members, read_source, tfds_examples
 from lra.data.encoding import grayscale
 from lra.data.split import Split
 from lra.data.store import is_prepared, prepared_dir, write_prepared
 from lra.data.synthetic_archives import write_cifar_archive
 from lra.errors import ConfigError, DataError
-
-logger = logging.getLogger(__name__)
 
 ARCHIVE_NAME = "cifar-10-binary.tar.gz"
 TRAIN_BATCHES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
@@ -193,22 +190,18 @@ def prepare(task_cfg, data_dir: Path, num_workers: int | None = None) -> Path:
             f"task {task_cfg.name}: max_length {task_cfg.max_length} must equal "
             f"task.source.image_size**2 = {image_size * image_size}"
         )
-    raw, meta = None, {}
-    if source.get("fixture"):
-        archive = fixture_archive(task_cfg, data_dir)
-    else:
-        if not source.get("archive") and source.get("tfds", True) and image_size == 32:
-            raw = _from_tfds()
-            meta["source"] = "tfds:cifar10"
-        if raw is None:
-            archive = source_archive(source, data_dir, ARCHIVE_NAME)
-    if raw is None:
-        logger.info("reading %s", archive)
-        raw = read_cifar_archive(archive, image_size, int(task_cfg.num_classes))
-        kind = "synthetic fixture" if source.get("fixture") else "archive"
-        meta.update(
-            source=f"{kind} {archive}", archive=str(archive), archive_sha256=sha256_file(archive)
-        )
+    raw, meta = read_source(
+        task_cfg,
+        data_dir,
+        archive_name=ARCHIVE_NAME,
+        fixture_archive=fixture_archive,
+        from_tfds=_from_tfds,
+        tfds_name="cifar10",
+        read_archive=lambda archive: read_cifar_archive(
+            archive, image_size, int(task_cfg.num_classes)
+        ),
+        tfds_allowed=image_size == 32,
+    )
 
     train_tokens, train_labels = raw["train"]
     split_seed, val_fraction = int(source.split_seed), float(source.get("val_fraction", 0.1))

@@ -45,20 +45,17 @@ LRA code does.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from lra.data.archives import iter_tar_members, sha256_file, source_archive, tfds_examples
+from lra.data.archives import iter_tar_members, read_source, tfds_examples
 from lra.data.encoding import encode_bytes
 from lra.data.split import Split
 from lra.data.store import is_prepared, prepared_dir, write_prepared
 from lra.data.synthetic_archives import write_imdb_archive
 from lra.errors import DataError
-
-logger = logging.getLogger(__name__)
 
 ARCHIVE_NAME = "aclImdb_v1.tar.gz"
 SPLITS = ("train", "test")
@@ -137,22 +134,15 @@ def prepare(task_cfg, data_dir: Path, num_workers: int | None = None) -> Path:
         return folder
     start = time.perf_counter()
     source = task_cfg.source
-    raw, meta = None, {}
-    if source.get("fixture"):
-        archive = fixture_archive(task_cfg, data_dir)
-    else:
-        if not source.get("archive") and source.get("tfds", True):
-            raw = _from_tfds()
-            meta["source"] = "tfds:imdb_reviews"
-        if raw is None:
-            archive = source_archive(source, data_dir, ARCHIVE_NAME)
-    if raw is None:
-        logger.info("reading %s", archive)
-        raw = read_imdb_archive(archive)
-        kind = "synthetic fixture" if source.get("fixture") else "archive"
-        meta.update(
-            source=f"{kind} {archive}", archive=str(archive), archive_sha256=sha256_file(archive)
-        )
+    raw, meta = read_source(
+        task_cfg,
+        data_dir,
+        archive_name=ARCHIVE_NAME,
+        fixture_archive=fixture_archive,
+        from_tfds=_from_tfds,
+        tfds_name="imdb_reviews",
+        read_archive=read_imdb_archive,
+    )
 
     stored_length = int(source.stored_length)
     encoded = {}
