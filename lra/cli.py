@@ -32,23 +32,11 @@ from lra.config import schema
 # lra.run.cluster and lra.device.measure import JAX: they are imported where used, so that
 # the config check (lra.config.schema) answers before JAX is even imported.
 from lra.config.compose import CONFIG_DIR
-from lra.errors import LRAError
 from lra.run import sweep
-from lra.run.signals import Interrupted, rerun_command, terminate_raises_interrupt
+from lra.run.exit_status import report_errors
+from lra.run.signals import rerun_command, terminate_raises_interrupt
 
 log = logging.getLogger("lra.cli")
-
-
-def _report_errors(fn, *args):
-    try:
-        return fn(*args)
-    except LRAError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except Interrupted as err:
-        print(f"interrupted: {err}: {rerun_command()}", file=sys.stderr, flush=True)
-        err.hand_over()
-        sys.exit(err.exit_code)
 
 
 def _mib(num_bytes) -> str:
@@ -169,39 +157,31 @@ def _eval(cfg):
     print(f"{out['split']} accuracy {out['accuracy']:.4f}", flush=True)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
-def _train_app(cfg):
-    return _report_errors(_train, cfg)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
-def _data_app(cfg):
-    return _report_errors(_data, cfg)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="bench")
-def _bench_app(cfg):
-    return _report_errors(_bench, cfg)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval")
-def _eval_app(cfg):
-    return _report_errors(_eval, cfg)
-
-
 def _smoke(cfg):
     schema.validate(cfg)
     from lra.measure.smoke import run_smoke
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    return run_smoke(cfg)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="smoke")
-def _smoke_app(cfg):
-    rows = _report_errors(_smoke, cfg)
-    if any(r.problem is not None for r in rows):
+    if any(r.problem is not None for r in run_smoke(cfg)):
         sys.exit(1)
+
+
+def _app(config_name: str, body):
+    """The Hydra app that composes ``configs/<config_name>.yaml`` and runs ``body(cfg)`` in
+    the error wrapper (:func:`lra.run.exit_status.report_errors`)."""
+
+    @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)
+    def app(cfg):
+        return report_errors(body, cfg)
+
+    return app
+
+
+_train_app = _app("config", _train)
+_data_app = _app("config", _data)
+_bench_app = _app("bench", _bench)
+_eval_app = _app("eval", _eval)
+_smoke_app = _app("smoke", _smoke)
 
 
 def _configure_cpu_memory_analysis():
@@ -288,11 +268,30 @@ def _lengths(text: str) -> tuple[int, ...]:
     return lengths
 
 
+def _check_all_attention(lengths, out: Path | None) -> int:
+    from lra.atomic import write_atomic
+    from lra.measure import conformance_table
+    from lra.models import ATTENTION_NAMES
+
+    def show(line):
+        print(line, flush=True)
+
+    for line in conformance_table.HEAD:
+        show(line)
+    text, passed = conformance_table.conformance_table(ATTENTION_NAMES, lengths, on_row=show)
+    if out is not None:
+        write_atomic(out, conformance_table.preamble(lengths) + text)
+        print(f"wrote {out}", flush=True)
+    return 0 if passed else 1
+
+
 def check_attention_main(argv=None):
     """``lra-check-attention NAME_OR_PATH``: the conformance checks of one mechanism.
 
     Prints one line per check and exits 0 if none failed, 1 if one did, 2 if the mechanism
-    cannot be loaded (unknown name, import error, wrong signature, name clash).
+    cannot be loaded (unknown name, import error, wrong signature, name clash). With
+    ``--all``: one table row per built-in mechanism (:mod:`lra.measure.conformance_table`),
+    also written to ``--out``; exits 1 if any mechanism fails.
     """
     from lra.measure import conformance
     from lra.models import RegistryError
@@ -301,12 +300,20 @@ def check_attention_main(argv=None):
         prog="lra-check-attention",
         description=check_attention_main.__doc__.splitlines()[0].split(": ", 1)[1],
         epilog="examples: lra-check-attention performer; "
-        "lra-check-attention my_pkg.attention:MyAttention --option num_features=64",
+        "lra-check-attention my_pkg.attention:MyAttention --option num_features=64; "
+        "lra-check-attention --all --out results/cpu/conformance.md",
     )
     parser.add_argument(
         "mechanism",
+        nargs="?",
         help="a built-in name, a name installed through the lra.attention entry point, "
         "or an import path package.module:ClassName",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="every built-in mechanism, as one markdown table"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="with --all: also write the table to this file"
     )
     parser.add_argument(
         "--option",
@@ -323,7 +330,15 @@ def check_attention_main(argv=None):
         help="sequence lengths of the memory-class check (default: 1024,2048,4096)",
     )
     args = parser.parse_args(argv)
+    if args.all == (args.mechanism is not None):
+        parser.error("give one mechanism or --all")
+    if args.all and args.option:
+        parser.error("--option applies to one mechanism, not to --all")
+    if args.out and not args.all:
+        parser.error("--out writes the table of --all")
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    if args.all:
+        sys.exit(_check_all_attention(args.lengths, args.out))
     try:
         report = conformance.check_attention(
             args.mechanism, dict(args.option), memory_lengths=args.lengths

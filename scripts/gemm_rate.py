@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     try:
         import torch
     except ImportError:
-        parser.error("PyTorch is missing: pip install -e '.[compare]'")
+        parser.error("PyTorch is missing: pip install 'lra-harness[compare]'")
     matmul = jax.jit(lambda a, b: a @ b)
     rng = np.random.default_rng(0)
     print(f"jax {jax.__version__}, torch {torch.__version__} on {torch.get_num_threads()} threads")

@@ -23,12 +23,12 @@ from pathlib import Path
 import jax
 import numpy as np
 from flax import nnx
-from hydra import compose, initialize_config_dir
 
-from lra.config.compose import CONFIG_DIR
+from lra.config.compose import compose_config
 from lra.run.checkpoint import Checkpoints, Progress
+from lra.train.model import build_model, count_params
 from lra.train.optim import make_optimizer
-from lra.train.steps import TrainState, build_model, count_params
+from lra.train.steps import TrainState
 
 
 def folder_bytes(path: Path) -> int:
@@ -37,8 +37,7 @@ def folder_bytes(path: Path) -> int:
 
 def sizes(tasks: list[str]) -> None:
     for task in tasks:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"task={task}", "model=transformer"])
+        cfg = compose_config("config", [f"task={task}", "model=transformer"])
         abstract = nnx.eval_shape(lambda cfg=cfg: build_model(cfg, nnx.Rngs(params=0)))
         _, params, _ = nnx.split(abstract, nnx.Param, ...)
         rng = np.random.default_rng(0)

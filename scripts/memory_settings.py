@@ -23,16 +23,13 @@ REMAT = "--remat" in sys.argv
 if REMAT:
     measure.configure_cpu_remat()
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-from lra.cli import CONFIG_DIR  # noqa: E402
+from lra.config.compose import compose_config  # noqa: E402
 from lra.train import parallel  # noqa: E402
-from lra.train.steps import compile_train_variant  # noqa: E402
+from lra.train.compile import compile_train_variant  # noqa: E402
 
 
 def main(overrides: list[str], accums: list[int]) -> None:
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+    cfg = compose_config("config", overrides)
     batch = int(cfg.trainer.batch_size)
     for k in accums:
         topology = parallel.make_topology(cfg.trainer.mesh, batch, k)

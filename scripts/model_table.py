@@ -19,9 +19,8 @@ from lra.device import measure
 measure.configure_cpu_memory_analysis()
 
 import jax  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from lra.cli import CONFIG_DIR  # noqa: E402
+from lra.config.compose import CONFIG_DIR, compose_config  # noqa: E402
 from lra.measure.bench import measure_length  # noqa: E402
 
 TEXT_MODEL = [
@@ -43,8 +42,7 @@ def model_names() -> list[str]:
 
 
 def measure_model(name: str) -> list[dict]:
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"model={name}", *TEXT_MODEL])
+    cfg = compose_config("config", [f"model={name}", *TEXT_MODEL])
     rows = []
     for length in LENGTHS:
         row = measure_length(

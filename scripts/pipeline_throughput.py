@@ -25,9 +25,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from hydra import compose, initialize_config_dir
 
-from lra.cli import CONFIG_DIR
+from lra.config.compose import compose_config
 from lra.data import store
 from lra.data.pipeline import prefetch, train_batches
 from lra.data.split import Split
@@ -37,8 +36,7 @@ FASTEST_REPORTED_STEPS_PER_SEC = 29.41  # TransNormer T2, 1K, batch 20 (REFERENC
 
 
 def task_config(name: str):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("config", [f"task={name}", "model=transformer"])
+    return compose_config("config", [f"task={name}", "model=transformer"])
 
 
 def synthetic_split(rows: int, length: int, vocab: int, num_inputs: int, rng) -> Split:

@@ -1,9 +1,10 @@
 """Softmax attention's plain and chunked paths side by side: train steps/s and compiled memory.
 
-Builds the Figure-1 Transformer (Text setting, batch 2; ``scripts/compare_pytorch.py``'s
-``compose_config``) once per path and length, compiles each train step ahead of time, then
-times them alternately in one process (``--rounds`` rounds of ``--steps`` steps per path),
-so a change in the machine's load falls on both paths alike. Prints a markdown table:
+Builds the Figure-1 Transformer (Text setting, batch 2;
+:func:`lra.measure.bench_config.compose_bench_config`) once per path and length, compiles
+each train step ahead of time, then times them alternately in one process (``--rounds``
+rounds of ``--steps`` steps per path), so a change in the machine's load falls on both paths
+alike. Prints a markdown table:
 steps/s min / median / max over the rounds, and XLA's compiled memory of the train step.
 
     python scripts/softmax_paths.py --lengths 1024,2048,4096 --dropouts 0.1,0 --rounds 4
@@ -13,9 +14,7 @@ The harness's CPU memory-analysis compiler flag is set as ``lra-bench`` sets it.
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 from lra.device import measure
 
@@ -23,11 +22,9 @@ measure.configure_cpu_memory_analysis()
 
 import jax  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_pytorch import compose_config  # noqa: E402
-
 from lra.measure.bench import synthetic_batch  # noqa: E402
-from lra.train.steps import abstract_batch, compile_steps  # noqa: E402
+from lra.measure.bench_config import compose_bench_config  # noqa: E402
+from lra.train.compile import abstract_batch, compile_steps  # noqa: E402
 
 OPTION = "+model.attention_options.softmax"
 
@@ -46,7 +43,7 @@ def paths(blocks: list[int]) -> dict[str, list[str]]:
 def time_paths(length: int, dropout: float, blocks: list[int], rounds: int, steps: int):
     runs = {}
     for label, overrides in paths(blocks).items():
-        cfg = compose_config("transformer", length, 2, overrides, attention_dropout=dropout)
+        cfg = compose_bench_config("transformer", length, 2, overrides, attention_dropout=dropout)
         compiled = compile_steps(cfg, abstract_batch(cfg.task, 2), evaluate=False)
         batch = jax.device_put(synthetic_batch(cfg.task, 2, length))
         state, _ = compiled.train_step(compiled.state, batch, compiled.dropout_key)

@@ -7,10 +7,10 @@ measured from XLA's compiled memory. Each mechanism's agreement with the formula
 is tested in its own test file.
 """
 
-import lra.models
 import pytest
 from flax import nnx
 
+import lra.models
 from lra.cli import check_attention_main
 from lra.measure import conformance
 
@@ -27,7 +27,7 @@ def test_every_figure1_mechanism_is_registered():
 
 
 # Shorter than lra-check-attention's default (1024, 2048, 4096) to keep the suite fast on 2
-# cores; the slopes are as clear (scripts/conformance_table.py runs the default lengths).
+# cores; the slopes are as clear (lra-check-attention --all runs the default lengths).
 TEST_LENGTHS = (512, 1024, 2048)
 
 
@@ -95,3 +95,34 @@ def test_bad_lengths_are_an_argument_error(capsys):
         check_attention_main(["softmax", "--lengths", "1024"])
     assert stop.value.code == 2
     assert "two or more different" in capsys.readouterr().err
+
+
+def test_all_writes_one_table_row_per_builtin_mechanism(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(lra.models, "ATTENTION_NAMES", ("performer", "softmax"))
+    out = tmp_path / "tables" / "conformance.md"
+    with pytest.raises(SystemExit) as stop:
+        check_attention_main(["--all", "--lengths", "256,512", "--out", str(out)])
+    assert stop.value.code == 0
+    text = out.read_text()
+    assert text.startswith("`lra-check-attention --all`") and "lengths 256/512" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0].startswith("| mechanism | checks passed | failed | memory class")
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
+    assert [c[:6] for c in cells] == [
+        ["performer", "9/9", "-", "linear", cells[0][4], "yes"],
+        ["softmax", "9/9", "-", "quadratic", cells[1][4], "yes"],
+    ]
+    assert float(cells[0][4]) < 1.35 < 1.5 < float(cells[1][4])  # the measured slopes
+    assert cells[1][6] == "1.00x softmax attention"
+    printed = capsys.readouterr().out
+    assert all(row in printed for row in rows)
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["softmax", "--all"], ["--all", "--option", "a=1"], ["softmax", "--out", "x"]]
+)
+def test_all_or_one_mechanism_is_a_usage_error_otherwise(argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_attention_main(argv)
+    assert stop.value.code == 2
+    assert "error:" in capsys.readouterr().err

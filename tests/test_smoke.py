@@ -90,3 +90,37 @@ def test_no_choice_at_all_is_an_error():
         compose(config_name="smoke")
         with pytest.raises(ConfigError, match="unknown task"):
             _choose([], "task", [], "task(s)")
+
+
+def test_default_budget_tabulates_accuracy_speed_and_size_and_a_rerun_skips(tmp_path):
+    command = [
+        "lra-smoke",
+        "budget=default",
+        "models=[transformer]",
+        "tasks=[listops_tiny]",
+        'overrides=["trainer.num_steps=60","trainer.warmup_steps=6"]',
+        f"data_dir={tmp_path / 'data'}",
+        f"results_dir={tmp_path / 'smoke'}",
+    ]
+    out = cli(*command, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    table = (tmp_path / "smoke" / "smoke.md").read_text()
+    head = "| model | task | steps | test accuracy | val accuracy | majority class | train steps/s"
+    assert head + " | params | check |" in table
+    (record_path,) = (tmp_path / "smoke").glob("*/record.json")
+    record = json.loads(record_path.read_text())
+    assert record["config"]["trainer"]["resume"] != "never"  # a rerun resumes or skips
+    (row,) = [line for line in table.splitlines() if line.startswith("| transformer ")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["transformer", "listops_tiny", "60"]
+    assert cells[3:6] == [
+        f"{record['test_accuracy']:.4f}",
+        f"{record['val_accuracy']:.4f}",
+        f"{record['test_majority_rate']:.4f}",
+    ]
+    assert cells[6] == f"{record['train_steps_per_sec']:.1f}"
+    assert cells[7] == f"{record['num_params']:,}" and cells[8] == "ok (beats majority)"
+    again = cli(*command, cwd=tmp_path)  # the finished run is reported done, not retrained
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is already done" in again.stdout + again.stderr
+    assert (tmp_path / "smoke" / "smoke.md").read_text() == table

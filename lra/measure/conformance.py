@@ -46,7 +46,8 @@ from omegaconf import OmegaConf
 from lra.config.compose import CONFIG_DIR
 from lra.device import measure
 from lra.models import registry
-from lra.train.steps import cast_floats, count_params
+from lra.train.model import count_params
+from lra.train.steps import cast_floats
 
 # Effective when this module is imported before JAX starts its backend (as lra-check-attention
 # and a user's test that imports it first do): the memory-class check then measures the

@@ -5,6 +5,13 @@ through :func:`lra.train.loop.train_and_evaluate` (a fresh run folder under ``re
 must keep a finite training loss; on ``listops_tiny`` the model trains ``learn_steps`` steps
 instead and its test accuracy must beat the majority class. Model and task names are found on
 Hydra's search path, so a model YAML in a user's ``--config-dir`` takes part like a built-in.
+
+``budget=default`` trains each pair at the default job's budget instead (the trainer's own
+steps, warm-up and evaluation; an interrupted run resumes and a finished one is reported
+done, so rerunning the command finishes a sweep) and tabulates what compares models: test and
+validation accuracy, the majority class, train steps/s and parameters, best first::
+
+    lra-smoke budget=default 'tasks=[listops_tiny]' results_dir=results/cpu-tiny/listops_tiny_models
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass
 from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 
+from lra.atomic import write_atomic
 from lra.data.tasks import prepare_task, resolve_data_dir
 from lra.errors import ConfigError, LRAError
 from lra.record import store
@@ -38,6 +46,9 @@ class Row:
     seconds: float = 0.0
     error: str | None = None
     checks_learning: bool = False
+    val_accuracy: float | None = None
+    steps_per_sec: float | None = None
+    params: int | None = None
 
     @property
     def problem(self) -> str | None:
@@ -68,12 +79,44 @@ class Row:
             verdict,
         ]
 
+    def budget_cells(self) -> list[str]:
+        """The cells of the ``budget=default`` table."""
+
+        def number(v, form=".4f"):
+            return "-" if v is None else format(v, form)
+
+        verdict = self.cells()[-1]
+        return [
+            self.model,
+            self.task,
+            str(self.steps),
+            number(self.accuracy),
+            number(self.val_accuracy),
+            number(self.majority),
+            number(self.steps_per_sec, ".1f"),
+            number(self.params, ","),
+            verdict,
+        ]
+
 
 def table(rows: list[Row]) -> str:
     head = ["model", "task", "steps", "last train loss", "test acc", "majority", "s", "check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def budget_table(rows: list[Row]) -> str:
+    """The ``budget=default`` table: per task, best test accuracy first."""
+    head = ["model", "task", "steps", "test accuracy", "val accuracy", "majority class"]
+    head += ["train steps/s", "params", "check"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 3) + "---|"]
+    ranked = sorted(rows, key=lambda r: (r.task, -(r.accuracy if r.accuracy is not None else -1)))
+    lines += ["| " + " | ".join(r.budget_cells()) + " |" for r in ranked]
+    return (
+        "Each model at the default job's budget: tiny-task numbers, a check that each model "
+        "learns, not LRA scores.\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 def _options(group: str) -> list[str]:
@@ -92,36 +135,46 @@ def _choose(given, group: str, default: list[str], what: str) -> list[str]:
     return chosen
 
 
-def _train_config(cfg, model: str, task: str, steps: int):
+def _train_config(cfg, model: str, task: str, steps: int | None):
+    """The run's config: ``steps`` steps from scratch, or (None) the default job's budget."""
     overrides = [
         f"model={model}",
         f"task={task}",
         f"seed={cfg.seed}",
         f"results_dir={cfg.results_dir}",
-        f"trainer.num_steps={steps}",
-        f"trainer.warmup_steps={max(1, steps // 10)}",
-        f"trainer.eval_every={steps}",
-        f"trainer.log_every={steps}",
         "trainer.progress=false",
-        "trainer.resume=never",
-        "trainer.skip_done=false",
-        *cfg.overrides,
     ]
+    if steps is not None:
+        overrides += [
+            f"trainer.num_steps={steps}",
+            f"trainer.warmup_steps={max(1, steps // 10)}",
+            f"trainer.eval_every={steps}",
+            f"trainer.log_every={steps}",
+            "trainer.resume=never",
+            "trainer.skip_done=false",
+        ]
+    overrides += list(cfg.overrides)
     if cfg.data_dir is not None:
         overrides.append(f"data_dir={cfg.data_dir}")
     return compose(config_name="config", overrides=overrides)
 
 
 def _run(cfg, model: str, task: str) -> Row:
-    learns = task == LEARN_TASK and int(cfg.learn_steps) > 0
-    steps = int(cfg.learn_steps) if learns else int(cfg.steps)
-    row = Row(model, task, steps, checks_learning=learns)
+    full = cfg.budget == "default"
+    learns = task == LEARN_TASK and (full or int(cfg.learn_steps) > 0)
+    steps = None if full else int(cfg.learn_steps) if learns else int(cfg.steps)
+    row = Row(model, task, steps or 0, checks_learning=learns)
     start = time.perf_counter()
     try:
-        record = train_and_evaluate(_train_config(cfg, model, task, steps))
+        train_cfg = _train_config(cfg, model, task, steps)
+        row.steps = int(train_cfg.trainer.num_steps)
+        record = train_and_evaluate(train_cfg)
         row.loss = record["history"][-1]["train_loss"] if record["history"] else None
         row.accuracy = record["test_accuracy"]
         row.majority = record["test_majority_rate"]
+        row.val_accuracy = record["val_accuracy"]
+        row.steps_per_sec = record["train_steps_per_sec"]
+        row.params = record["num_params"]
     except Exception as err:  # one broken model is a row, not the end of the smoke run
         if not isinstance(err, LRAError):
             log.exception(f"{model} on {task} raised")
@@ -146,9 +199,9 @@ def run_smoke(cfg) -> list[Row]:
         task_cfg = compose(config_name="config", overrides=[f"task={task}", *cfg.overrides]).task
         prepare_task(task_cfg, data_dir)
     rows = [_run(cfg, model, task) for task in task_names for model in model_names]
-    text = table(rows)
+    text = budget_table(rows) if cfg.budget == "default" else table(rows)
     store.ensure_writable(cfg.results_dir)
-    store.write_atomic(cfg.table, text)
+    write_atomic(cfg.table, text)
     print(text, flush=True)
     failed = sum(r.problem is not None for r in rows)
     print(f"{len(rows) - failed} of {len(rows)} passed; table in {cfg.table}", flush=True)

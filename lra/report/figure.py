@@ -29,7 +29,7 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 
-from lra.record.store import write_atomic
+from lra.atomic import write_atomic
 from lra.report.figure_data import (
     DEFAULT_LENGTH,
     REFERENCE_LEGEND,

@@ -25,9 +25,8 @@ import json
 import sys
 from pathlib import Path
 
+from lra.atomic import write_atomic
 from lra.config.compose import CONFIG_DIR
-from lra.errors import LRAError
-from lra.record.store import write_atomic
 from lra.report.curves import learning_curves, write_curves
 from lra.report.efficiency import efficiency
 from lra.report.figure import draw_figure1, write_figure1
@@ -43,6 +42,7 @@ from lra.report.load import (
     results_dirs,
 )
 from lra.report.tables import efficiency_markdown, leaderboard_csv, leaderboard_markdown, sources
+from lra.run.exit_status import report_errors
 
 __all__ = ["CONFIG_DIR", "report_main", "run_report"]
 
@@ -155,6 +155,13 @@ def _report(cfg) -> None:
         print(f"wrote {path}", flush=True)
 
 
+def _checked_report(cfg) -> None:
+    from lra.config import schema
+
+    schema.validate(cfg)
+    _report(cfg)
+
+
 def report_main():
     """``lra-report``: leaderboard, efficiency table, Figure 1 and sources from the store."""
     import hydra
@@ -175,11 +182,6 @@ def report_main():
 
     @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="report")
     def _report_app(cfg):
-        try:
-            schema.validate(cfg)
-            return _report(cfg)
-        except LRAError as err:
-            print(f"error: {err}", file=sys.stderr, flush=True)
-            sys.exit(2)
+        return report_errors(_checked_report, cfg)
 
     _report_app()
