@@ -1,4 +1,5 @@
-"""The LRA classifier: embeddings, pre-LayerNorm encoder blocks, pooling, classifier heads.
+"""The LRA encoder: embeddings and pre-LayerNorm blocks (heads: lra.models.heads; which
+mechanism each layer uses: lra.models.schedule).
 
 Shapes (B batch, L token length <= max_len, D = dim, C classes):
 
@@ -8,11 +9,7 @@ Shapes (B batch, L token length <= max_len, D = dim, C classes):
                                                    CLS vector is prepended before positions
                                                    are added, as in the official LRA encoder)
     Encoder  -> float[B, L', D]                    num_layers blocks, then a final LayerNorm
-    pool     -> float[B, D]                        'cls': position 0; 'mean': masked mean
-    Classifier     -> float[B, C]                  Dense(mlp_dim), ReLU, Dense(C)
-    DualClassifier -> float[B, C]                  Retrieval: one shared encoder for both
-                                                   documents, [u, v, u*v, u-v] -> Dense(mlp_dim)
-                                                   ReLU -> Dense(mlp_dim // 2) ReLU -> Dense(C)
+    pool, Classifier, DualClassifier               lra.models.heads
 
 Attention per layer: ``attention`` is one registered name (every layer), a list of
 ``num_layers`` names (a per-layer schedule, lowest layer first) or a lower/upper split (see
@@ -41,27 +38,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from lra.models.registry import make_attention
-from lra.models.registry import names as registered_names
 
-__all__ = [
-    "MLP",
-    "Block",
-    "Classifier",
-    "DualClassifier",
-    "Embedder",
-    "Encoder",
-    "build_classifier",
-    "describe_layers",
-    "pool",
-    "sinusoidal_positions",
-]
+from lra.models.registry import make_attention
+from lra.models.schedule import describe_layers, resolve_options, resolve_schedule
+
+__all__ = ["MLP", "Block", "Embedder", "Encoder", "padding_mask", "sinusoidal_positions"]
 
 # What a call accepts as ``rngs``: an nnx.Rngs (its "dropout" stream, else "default"), a JAX
 # key (wrapped as nnx.Rngs(dropout=key)), or None when deterministic.
 DropoutRngs = nnx.Rngs | jax.Array | None
 
-POOLINGS = ("cls", "mean", "last")
 POSITIONS = ("sinusoidal", "learned")
 
 
@@ -90,7 +76,7 @@ def sinusoidal_positions(length: int, dim: int) -> jax.Array:
     return jnp.asarray(_sinusoidal_np(int(length), int(dim)))
 
 
-def _call_rngs(deterministic: bool, rngs: Any, where: str) -> nnx.Rngs | None:
+def call_rngs(deterministic: bool, rngs: Any, where: str) -> nnx.Rngs | None:
     """The dropout Rngs to thread down: None when deterministic, else required."""
     if deterministic:
         return None
@@ -238,124 +224,6 @@ class Block(nnx.Module):
         return x
 
 
-def resolve_schedule(attention: str | Sequence[str] | Mapping, num_layers: int) -> tuple[str, ...]:
-    """One mechanism name per layer, lowest first.
-
-    ``attention`` is one name (every layer), a list of ``num_layers`` names, or a split
-    ``{"lower": name, "upper": name, "lower_fraction": f}``: the lowest
-    ``int(num_layers * f)`` layers use ``lower`` and the rest ``upper`` (short-range lower
-    layers and global upper layers, Rae and Razavi 2020; TransNormer's Diag-then-Norm layout),
-    so one model config fits tasks of any depth. At a depth where one part comes to 0 layers
-    the split silently becomes one mechanism; :func:`describe_layers` reports that, and the
-    Encoder warns.
-    """
-    if isinstance(attention, str):
-        return (attention,) * num_layers
-    if isinstance(attention, Mapping):
-        unknown = set(attention) - {"lower", "upper", "lower_fraction"}
-        if unknown or not {"lower", "upper"} <= set(attention):
-            raise ValueError(
-                "a split attention schedule needs keys lower, upper and optionally "
-                f"lower_fraction (default 0.5), got {sorted(attention)}"
-            )
-        _, num_lower = _split_parts(attention, num_layers)
-        return (attention["lower"],) * num_lower + (attention["upper"],) * (num_layers - num_lower)
-    if not isinstance(attention, Sequence) or not all(isinstance(a, str) for a in attention):
-        raise ValueError(
-            f"attention must be a mechanism name, a list of names or a lower/upper split, "
-            f"got {attention!r}"
-        )
-    if len(attention) != num_layers:
-        raise ValueError(
-            f"attention schedule has {len(attention)} entries but num_layers={num_layers}; "
-            "give one mechanism name per layer (or a single name for all layers)"
-        )
-    return tuple(attention)
-
-
-def _split_parts(attention: Mapping, num_layers: int) -> tuple[float, int]:
-    """(lower_fraction, number of lower layers) of a lower/upper split; see resolve_schedule."""
-    fraction = float(attention.get("lower_fraction", 0.5))
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"lower_fraction must be in [0, 1], got {fraction}")
-    return fraction, int(num_layers * fraction)
-
-
-def _depth_with_both_parts(fraction: float) -> int | None:
-    """The smallest num_layers whose split has at least one lower and one upper layer (None
-    if no depth does, i.e. lower_fraction 0 or 1)."""
-    for depth in range(2, 1001):
-        if 0 < int(depth * fraction) < depth:
-            return depth
-    return None
-
-
-def describe_layers(
-    attention: str | Sequence[str] | Mapping, num_layers: int
-) -> dict[str, list[str] | str | None]:
-    """What each layer of a schedule becomes at this depth, and a warning if a two-part
-    schedule lost one of its parts.
-
-    Returns ``{"layer_mechanisms": [name per layer, lowest first], "schedule_warning": str |
-    None}``. The warning is set when ``attention`` is a lower/upper split (with two different
-    mechanisms) whose ``int(num_layers * lower_fraction)`` lower layers come to 0 or to
-    ``num_layers``: e.g. TransNormer's Diag-then-Norm split on a 1-layer task (LRA Image,
-    Path-X) is pure NormAttention. It says what each layer became and what to change. The
-    schedule itself is not changed (see :func:`resolve_schedule`).
-    """
-    layers = list(resolve_schedule(attention, num_layers))
-    warning = None
-    if isinstance(attention, Mapping) and attention["lower"] != attention["upper"]:
-        lower, upper = str(attention["lower"]), str(attention["upper"])
-        fraction, num_lower = _split_parts(attention, num_layers)
-        if num_lower in (0, num_layers):
-            missing, kept = ("lower", upper) if num_lower == 0 else ("upper", lower)
-            depth = _depth_with_both_parts(fraction)
-            if depth is None:
-                fix = "set lower_fraction strictly between 0 and 1"
-            else:
-                fix = (
-                    f"use a deeper model, at least {depth} layers "
-                    f"(e.g. task.arch.num_layers={depth}), or change lower_fraction"
-                )
-            warning = (
-                f"attention schedule {{lower: {lower}, upper: {upper}, lower_fraction: "
-                f"{fraction:g}}} with num_layers={num_layers} gives int({num_layers} * "
-                f"{fraction:g}) = {num_lower} lower layers: no {missing} layer, every layer is "
-                f"{kept} (layers, lowest first: {layers}), so this is not the two-part model "
-                f"the config names; to get both parts, {fix}"
-            )
-    return {"layer_mechanisms": layers, "schedule_warning": warning}
-
-
-def resolve_options(
-    attention_options: Mapping[str, Mapping[str, Any]] | None, schedule: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    """Options per mechanism name in ``schedule`` (``{}`` for those absent from the map)."""
-    attention_options = {} if attention_options is None else attention_options
-    if not isinstance(attention_options, Mapping):
-        raise ValueError(
-            f"attention_options must map mechanism name -> options, got {attention_options!r}"
-        )
-    used = sorted(set(schedule))
-    # Options for a registered mechanism that this depth's schedule happens not to use are
-    # ignored (a lower/upper split may leave one part empty); any other key is a mistake.
-    stray = sorted(set(attention_options) - set(used) - set(registered_names()))
-    if stray:
-        raise ValueError(
-            f"attention_options keys {stray} name no registered mechanism; "
-            "attention_options maps a mechanism name to its options, e.g. "
-            "{'performer': {'num_features': 256}}"
-        )
-    out = {}
-    for name in used:
-        opts = attention_options.get(name) or {}
-        if not isinstance(opts, Mapping):
-            raise ValueError(f"attention_options[{name!r}] must be a mapping, got {opts!r}")
-        out[name] = dict(opts)
-    return out
-
-
 class Encoder(nnx.Module):
     """Embedder, ``num_layers`` blocks, final LayerNorm. Returns (h, mask)."""
 
@@ -417,7 +285,7 @@ class Encoder(nnx.Module):
         self.remat = bool(remat)
 
     def __call__(self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None):
-        rngs = _call_rngs(deterministic, rngs, "Encoder")
+        rngs = call_rngs(deterministic, rngs, "Encoder")
         tokens = jnp.asarray(tokens)
         lengths = jnp.asarray(lengths)
         if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
@@ -436,94 +304,3 @@ class Encoder(nnx.Module):
         for block in self.blocks:
             x = run_block(block, x, mask, rngs)
         return self.final_norm(x), mask
-
-
-def pool(h: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-    """float[B, L, D] -> float[B, D]: 'cls' takes position 0; 'mean' averages real positions;
-    'last' takes the last real position (the TransNormer authors' Pathfinder decoder,
-    OpenNLPLab/lra ``decoder.mode: last``). An all-padding row gives 0 under 'mean' and 'last'.
-
-    The mean sums in float32 and divides by max(count, 1), so an all-padding row gives 0.
-    """
-    if pooling == "cls":
-        return h[:, 0]
-    if pooling == "mean":
-        m = mask.astype(bool)[..., None]
-        total = jnp.sum(jnp.where(m, h, 0), axis=1, dtype=jnp.float32)
-        count = jnp.maximum(jnp.sum(m, axis=1, dtype=jnp.float32), 1.0)
-        return (total / count).astype(h.dtype)
-    if pooling == "last":
-        count = jnp.sum(mask.astype(jnp.int32), axis=1)
-        last = jnp.take_along_axis(h, jnp.maximum(count - 1, 0)[:, None, None], axis=1)[:, 0]
-        return jnp.where((count > 0)[:, None], last, 0).astype(h.dtype)
-    raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-
-
-def _encoder(kw: dict[str, Any], pooling: str, rngs: nnx.Rngs) -> Encoder:
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-    return Encoder(cls_token=pooling == "cls", rngs=rngs, **kw)
-
-
-class Classifier(nnx.Module):
-    """Single-sequence classifier: tokens int32[B, L], lengths int32[B] -> logits float[B, C]."""
-
-    def __init__(self, *, num_classes: int, pooling: str, rngs: nnx.Rngs, **encoder_kwargs):
-        """``encoder_kwargs`` are :class:`Encoder`'s (vocab_size, max_len, num_layers, dim,
-        qkv_dim, num_heads, mlp_dim, dropout, attention_dropout, positions, attention,
-        attention_options, remat); the head is Dense(mlp_dim), ReLU, Dense(num_classes)."""
-        self.pooling = pooling
-        self.encoder = _encoder(encoder_kwargs, pooling, rngs)
-        dim, mlp_dim = encoder_kwargs["dim"], encoder_kwargs["mlp_dim"]
-        self.hidden = nnx.Linear(dim, mlp_dim, rngs=rngs)
-        self.logits = nnx.Linear(mlp_dim, num_classes, rngs=rngs)
-
-    def __call__(
-        self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None
-    ) -> jax.Array:
-        rngs = _call_rngs(deterministic, rngs, "Classifier")
-        h, mask = self.encoder(tokens, lengths, deterministic=deterministic, rngs=rngs)
-        u = pool(h, mask, self.pooling)
-        return self.logits(nnx.relu(self.hidden(u)))
-
-
-class DualClassifier(nnx.Module):
-    """Retrieval: one shared encoder for two documents -> logits float[B, C]."""
-
-    def __init__(self, *, num_classes: int, pooling: str, rngs: nnx.Rngs, **encoder_kwargs):
-        """``encoder_kwargs`` as for :class:`Classifier`; the head is [u, v, u*v, u-v] ->
-        Dense(mlp_dim) ReLU -> Dense(mlp_dim // 2) ReLU -> Dense(num_classes)."""
-        self.pooling = pooling
-        self.encoder = _encoder(encoder_kwargs, pooling, rngs)
-        dim, mlp_dim = encoder_kwargs["dim"], encoder_kwargs["mlp_dim"]
-        if mlp_dim < 2:
-            raise ValueError(
-                f"DualClassifier needs mlp_dim >= 2 (head uses mlp_dim // 2), got {mlp_dim}"
-            )
-        self.hidden1 = nnx.Linear(4 * dim, mlp_dim, rngs=rngs)
-        self.hidden2 = nnx.Linear(mlp_dim, mlp_dim // 2, rngs=rngs)
-        self.logits = nnx.Linear(mlp_dim // 2, num_classes, rngs=rngs)
-
-    def __call__(
-        self,
-        tokens1,
-        lengths1,
-        tokens2,
-        lengths2,
-        *,
-        deterministic: bool = True,
-        rngs: DropoutRngs = None,
-    ) -> jax.Array:
-        rngs = _call_rngs(deterministic, rngs, "DualClassifier")
-        kw = {"deterministic": deterministic, "rngs": rngs}
-        u = pool(*self.encoder(tokens1, lengths1, **kw), self.pooling)
-        v = pool(*self.encoder(tokens2, lengths2, **kw), self.pooling)
-        z = jnp.concatenate([u, v, u * v, u - v], axis=-1)
-        z = nnx.relu(self.hidden1(z))
-        z = nnx.relu(self.hidden2(z))
-        return self.logits(z)
-
-
-def build_classifier(*, dual: bool, **kwargs: Any) -> Classifier | DualClassifier:
-    """``DualClassifier(**kwargs)`` if ``dual`` (Retrieval), else ``Classifier(**kwargs)``."""
-    return (DualClassifier if dual else Classifier)(**kwargs)

@@ -10,12 +10,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import lra.models.attention.flash  # noqa: F401  (registers flash_quad, flash)
-import lra.models.attention.long_short  # noqa: F401  (registers long_short)
-import lra.models.attention.reformer  # noqa: F401  (registers reformer)
 import numpy as np
 import pytest
 from flax import nnx
+
+import lra.models.attention.flash  # noqa: F401  (registers flash_quad, flash)
+import lra.models.attention.long_short  # noqa: F401  (registers long_short)
+import lra.models.attention.reformer  # noqa: F401  (registers reformer)
 from lra.models import registry
 from lra.models.attention.reformer import default_n_buckets
 

@@ -6,13 +6,14 @@ Each efficient form is checked against its formula computed the plain quadratic 
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
 import lra.models.attention.cosformer as cosformer
 import lra.models.attention.linear  # noqa: F401  (registers "linear")
 import lra.models.attention.performer as performer
 import lra.models.attention.transnormer  # noqa: F401  (registers "transnormer_norm", "_diag")
-import numpy as np
-import pytest
-from flax import nnx
 from lra.models import registry
 
 B, L, D, H = 3, 20, 32, 4

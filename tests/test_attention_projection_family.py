@@ -8,13 +8,14 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
 import lra.models.attention.linformer  # noqa: F401  (registers "linformer")
 import lra.models.attention.local  # noqa: F401  (registers "local")
 import lra.models.attention.nystromformer  # noqa: F401  (registers "nystromformer")
 import lra.models.attention.synthesizer  # noqa: F401  (registers the synthesizers)
-import numpy as np
-import pytest
-from flax import nnx
 from lra.models.attention.softmax import SoftmaxAttention
 from lra.models.attention.synthesizer import FixedRandom
 from lra.models.registry import RegistryError, make_attention

@@ -16,15 +16,17 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import lra.models.attention.flash  # noqa: F401  (registers flash_quad, flash)
-import lra.models.attention.long_short  # noqa: F401  (registers long_short)
-import lra.models.attention.transnormer  # noqa: F401  (registers transnormer_norm, _diag)
 import numpy as np
 import pytest
 from flax import nnx
-from lra.models import registry
-from lra.models.encoder import Encoder, describe_layers, resolve_schedule
 from omegaconf import OmegaConf
+
+import lra.models.attention.flash  # noqa: F401  (registers flash_quad, flash)
+import lra.models.attention.long_short  # noqa: F401  (registers long_short)
+import lra.models.attention.transnormer  # noqa: F401  (registers transnormer_norm, _diag)
+from lra.models import registry
+from lra.models.encoder import Encoder
+from lra.models.schedule import describe_layers, resolve_schedule
 
 D, H = 16, 2
 FAST_COMPILE = {"xla_backend_optimization_level": 0}

@@ -4,13 +4,15 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import lra.models
 import numpy as np
 import pytest
 from flax import nnx
+
+import lra.models
 from lra.models import registry
 from lra.models.attention.softmax import SoftmaxAttention
-from lra.models.encoder import Encoder, pool
+from lra.models.encoder import Encoder
+from lra.models.heads import pool
 
 VOCAB, CLASSES = 20, 3
 
@@ -276,7 +278,7 @@ def test_bfloat16_forward(pooling):
     [(1, 0), (2, 1), (4, 2), (6, 3)],
 )
 def test_lower_upper_split_schedule_fits_any_depth(num_layers, expected_lower):
-    from lra.models.encoder import resolve_schedule
+    from lra.models.schedule import resolve_schedule
 
     split = {"lower": "local", "upper": "softmax", "lower_fraction": 0.5}
     schedule = resolve_schedule(split, num_layers)

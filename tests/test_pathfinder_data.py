@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import make_config
-from lra.models.encoder import POOLINGS
 from omegaconf import OmegaConf
 from PIL import Image
 
 from lra.data import pathfinder, store
 from lra.data.tasks import load_task, prepare_task
 from lra.errors import ConfigError, DataError
+from lra.models.heads import POOLINGS
 
 RES = 8
 # Batches 0, 2 and 10 (10 sorts after 2 only numerically), 12 images each (sample_10 after

@@ -191,7 +191,8 @@ def test_lra_train_stops_on_a_bad_value_with_one_line(tmp_path):
 def test_the_code_branches_on_the_schemas_values():
     """Each enumeration the code branches on is the schema's Literal (or agrees with it)."""
     from lra.data.tasks import VAL_SOURCES
-    from lra.models.encoder import POOLINGS, POSITIONS
+    from lra.models.encoder import POSITIONS
+    from lra.models.heads import POOLINGS
     from lra.run.folder import RESUME_MODES
     from lra.track import BACKENDS
     from lra.train import dropout_rng, optim, steps

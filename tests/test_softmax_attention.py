@@ -2,10 +2,11 @@
 
 import jax
 import jax.numpy as jnp
-import lra.models
 import numpy as np
 import pytest
 from flax import nnx
+
+import lra.models
 from lra.models import registry
 from lra.models.attention.softmax import SoftmaxAttention
 

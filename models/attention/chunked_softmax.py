@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
 from lra.models.attention.common import mask_logits
 
 __all__ = ["DEFAULT_BLOCK", "block_dropout_keep", "query_chunked_attention"]

@@ -51,6 +51,7 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import (
     MultiHeadAttention,
     linear_context,

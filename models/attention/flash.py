@@ -71,6 +71,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
 from lra.models.attention.common import blockwise, check_call, check_dropout
 from lra.models.registry import register
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import (
     MultiHeadAttention,
     linear_context,

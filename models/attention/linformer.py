@@ -43,6 +43,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import MultiHeadAttention, check_int, zero_padded
 from lra.models.registry import register
 

@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
 from lra.models.attention.common import (
     MultiHeadAttention,
     band,

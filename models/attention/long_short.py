@@ -59,6 +59,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import (
     MultiHeadAttention,
     check_int,

@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
 from lra.models.attention.common import MultiHeadAttention, check_int, mask_logits, zero_padded
 from lra.models.registry import register
 

@@ -75,6 +75,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import MultiHeadAttention, lowest
 from lra.models.registry import register
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import MultiHeadAttention
 from lra.models.registry import register
 

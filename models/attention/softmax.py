@@ -37,6 +37,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.chunked_softmax import DEFAULT_BLOCK, query_chunked_attention
 from lra.models.attention.common import MultiHeadAttention, check_int
 from lra.models.registry import register

@@ -56,6 +56,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
 from lra.models.attention.common import MultiHeadAttention, check_int
 from lra.models.registry import register
 

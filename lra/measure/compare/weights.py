@@ -21,7 +21,7 @@ from lra.measure.compare.classifier import Classifier, DualClassifier
 def twin_kwargs(cfg) -> dict:
     """The twin's constructor arguments: the harness's ``model_kwargs`` with the layer
     schedule resolved; a setting the twin cannot mirror is a SetupError."""
-    from lra.models.encoder import resolve_options, resolve_schedule
+    from lra.models.schedule import resolve_options, resolve_schedule
     from lra.train.model import model_kwargs
 
     if cfg.trainer.precision != "fp32":
