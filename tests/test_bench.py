@@ -48,7 +48,7 @@ def test_bench_records_keep_the_protocol_when_only_the_measurement_changes():
 
 
 def test_bench_records_say_how_softmax_ran():
-    from lra.train.steps import softmax_implementations
+    from lra.train.describe import softmax_implementations
 
     cfg = bench_config("model=transformer")
     assert cfg.task.max_length >= 1024  # Text: the chunked path on a CPU

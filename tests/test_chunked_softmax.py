@@ -3,14 +3,14 @@ dropout, the automatic choice, and the memory it saves."""
 
 import jax
 import jax.numpy as jnp
-import lra.models
 import numpy as np
 import pytest
 from flax import nnx
+
+import lra.models
 from lra.models.attention.chunked_softmax import block_dropout_keep, query_chunked_attention
 from lra.models.attention.common import mask_logits
-
-from lra.train.steps import softmax_implementations
+from lra.train.describe import softmax_implementations
 
 B, H, DH = 2, 2, 8
 
@@ -136,7 +136,7 @@ def test_the_flop_count_is_the_formulas_not_the_loops():
     from conftest import SMALL_RUN, make_config
 
     from lra.device import measure
-    from lra.train.steps import abstract_batch, compile_steps
+    from lra.train.compile import abstract_batch, compile_steps
 
     def compiled(implementation):
         cfg = make_config(

@@ -4,10 +4,11 @@ import json
 import math
 from pathlib import Path
 
-import lra.models
 import pytest
 from conftest import SMALL_DATA, SMALL_RUN
 from test_cli import cli
+
+import lra.models
 
 MODEL_CONFIGS = sorted(
     p.stem for p in (Path(__file__).parents[1] / "configs" / "model").glob("*.yaml")
@@ -67,7 +68,7 @@ def test_any_mechanisms_combine_by_configuration_alone():
     from conftest import make_config
     from flax import nnx
 
-    from lra.train.steps import build_model
+    from lra.train.model import build_model
 
     cfg = make_config(
         "model=transformer",

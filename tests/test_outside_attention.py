@@ -8,14 +8,14 @@ tmp_path and put on sys.path.
 import textwrap
 
 import jax
-import lra.models
 import pytest
 from conftest import make_config
 from flax import nnx
+
+import lra.models
 from lra.models import registry
 from lra.models.encoder import Encoder
-
-from lra.train.steps import build_model
+from lra.train.model import build_model
 
 PATH = "my_attention.attention:SquaredReluAttention"
 

@@ -137,7 +137,7 @@ measure.configure_cpu_memory_analysis()
 assert measure.configure_cpu_remat()
 from conftest import make_config
 from lra.train import parallel
-from lra.train.steps import abstract_batch, compile_steps
+from lra.train.compile import abstract_batch, compile_steps
 out = {{}}
 for remat in (False, True):
     cfg = make_config("task.max_length=256", "task.arch.num_layers=3", "task.arch.dim=32",
@@ -192,10 +192,10 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, mon
     # On a GPU, compiling a step far too large already fails (the autotuner's trial buffers);
     # seen on an H200: task=listops trainer.batch_size=2048. Here compiling the steps with
     # grad_accum < 4 fails that way, as XLA words it.
-    import lra.train.loop
-    import lra.train.steps
+    import lra.train.compile
+    import lra.train.memory
 
-    compile_steps = lra.train.steps.compile_steps
+    compile_steps = lra.train.compile.compile_steps
     tried = []
 
     def compile_on_a_small_gpu(cfg, *args, **kwargs):
@@ -209,8 +209,8 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, mon
             )
         return compile_steps(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(lra.train.steps, "compile_steps", compile_on_a_small_gpu)
-    monkeypatch.setattr(lra.train.loop, "compile_steps", compile_on_a_small_gpu)
+    monkeypatch.setattr(lra.train.compile, "compile_steps", compile_on_a_small_gpu)
+    monkeypatch.setattr(lra.train.memory, "compile_steps", compile_on_a_small_gpu)
     with pytest.raises(OutOfMemory) as err:
         _train_without_data(tmp_path, "trainer.memory_limit_gb=1", "trainer.remat=true")
     message = str(err.value)
@@ -228,7 +228,7 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, mon
 def test_eval_step_in_micro_batches_gives_the_sums_of_the_whole_batch(listops_tiny_dir):
     from lra.data.pipeline import eval_batches
     from lra.data.tasks import load_task
-    from lra.train.steps import compile_steps
+    from lra.train.compile import compile_steps
 
     cfg = make_config("task=listops_tiny", f"data_dir={listops_tiny_dir}", *SMALL_RUN)
     batch = next(eval_batches(load_task(cfg.task, listops_tiny_dir)["val"], 16))

@@ -10,7 +10,7 @@ from conftest import train_small
 
 from lra.errors import ConfigError, DataError
 from lra.record.store import TRAIN_RECORD_KEYS
-from lra.train.loop import TrainingDiverged
+from lra.train.hooks import TrainingDiverged
 
 
 def run(data_dir, results_dir, *overrides):
@@ -63,7 +63,7 @@ def test_a_few_steps_write_a_complete_finite_record(listops_tiny_dir, tmp_path):
 def test_records_name_each_layers_mechanism_and_a_degenerate_schedule():
     from conftest import make_config
 
-    from lra.train.steps import layers_description
+    from lra.train.describe import layers_description
 
     image = layers_description(make_config("task=image", "model=transnormer_t2"))
     assert image["layer_mechanisms"] == ["transnormer_norm"]

@@ -33,12 +33,8 @@ from lra.device.measure import WindowTimer
 from lra.errors import ConfigError
 from lra.record import store
 from lra.train import parallel
-from lra.train.steps import (
-    abstract_batch,
-    compile_steps,
-    layers_description,
-    softmax_implementations,
-)
+from lra.train.compile import abstract_batch, compile_steps
+from lra.train.fields import compiled_fields, memory_fields, run_fields, setup_fields
 
 
 def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> dict:
@@ -98,23 +94,14 @@ def measure_length(
     out = {
         "length": int(length),
         "batch_size": int(batch_size),
-        **topology.describe(),
-        "grad_accum": grad_accum,
-        "remat": bool(cfg.trainer.get("remat", False)),
-        "softmax_implementation": softmax_implementations(cfg),
+        **setup_fields(cfg, topology),
         "status": "ok",
     }
     try:
         example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
         cache = CacheCounter()
         compiled = compile_steps(cfg, example, topology=topology)
-        out.update(
-            compile_seconds=compiled.compile_seconds,
-            compile_cache={"dir": cache_dir, **cache.counts()},
-            num_params=compiled.num_params,
-            flops_per_step=compiled.flops_per_step,
-            compiled_memory_bytes=measure.compiled_memory_bytes(compiled.train_step),
-        )
+        out.update(compiled_fields(compiled, {"dir": cache_dir, **cache.counts()}))
         peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
         if time_steps:
             state = compiled.state
@@ -141,8 +128,7 @@ def measure_length(
                 if out.get("flops_per_step") and out.get("train_steps_per_sec")
                 else None
             )
-        memory, source = measure.peak_memory(compiled.train_step, before=peak_before)
-        out.update(peak_memory_bytes=memory, memory_source=source)
+        out.update(memory_fields(compiled, peak_before))
     except Exception as err:  # XLA raises its own runtime error types
         if not measure.is_out_of_memory(err):
             raise
@@ -283,9 +269,14 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
                 if round_index < rounds - 1 and outs[0]["status"] == "ok":
                     continue  # written once its last round has run
                 record = _bench_record(
-                    model_cfg, settings[index], config, _merge_rounds(outs), started[cell]
+                    model_cfg,
+                    settings[index],
+                    config,
+                    _merge_rounds(outs),
+                    started[cell],
+                    code_version,
                 )
-                record.update(code_version=code_version, rounds=len(outs), sweep_order=order)
+                record.update(rounds=len(outs), sweep_order=order)
                 record["record_path"] = str(store.write_record(record, results_dir))
                 records.append(record)
                 if on_record is not None:
@@ -293,20 +284,22 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     return records
 
 
-def _bench_record(cfg, setting: dict, config: dict, out: dict, started: tuple[str, float]) -> dict:
+def _bench_record(
+    cfg, setting: dict, config: dict, out: dict, started: tuple[str, float], code_version: str
+) -> dict:
+    """The record of one model at one length: the fields every record has
+    (:mod:`lra.train.fields`), the measurement ``out`` and how it was taken."""
+    shared = run_fields(
+        cfg,
+        "bench",
+        setting=setting,
+        config=config,
+        code_version=code_version,
+        started_at=started[0],
+    )
     return {
-        "schema_version": store.SCHEMA_VERSION,
-        "kind": "bench",
-        "model": cfg.model.name,
-        "task": cfg.task.name,
-        "seed": int(cfg.seed),
-        **setting,
-        **layers_description(cfg),
+        **shared,
         **out,
-        "precision": cfg.trainer.precision,
         "isolated": bool(cfg.bench.isolate),
-        "config_hash": store.config_hash(config),
-        "started_at": started[0],
         "wall_seconds": time.perf_counter() - started[1],
-        "config": config,
     }

@@ -2,8 +2,8 @@
 
 ``lra-eval run=<run folder> split=test checkpoint=selected`` rebuilds the model
 from the run's ``config.json``, restores the parameters and evaluates them with
-the training loop's own evaluation (same batch size, same batches), so on the
-same backend it reproduces the record's test accuracy exactly. ``checkpoint`` is
+the training loop's own evaluation (:mod:`lra.train.eval_loop`: same batch size, same
+batches), so on the same backend it reproduces the record's test accuracy exactly. ``checkpoint`` is
 ``selected`` (the model the run's ``trainer.selection`` picks, from its newest
 checkpoint), ``last`` (the newest checkpoint's parameters) or a kept step.
 """
@@ -17,8 +17,8 @@ from lra.data.tasks import load_task, resolve_data_dir
 from lra.errors import ConfigError
 from lra.run.checkpoint import CheckpointError, Checkpoints
 from lra.run.folder import read_run_config
-from lra.train.loop import evaluate
-from lra.train.steps import compile_steps
+from lra.train.compile import compile_steps
+from lra.train.eval_loop import evaluate
 
 
 def _which(ckpts: Checkpoints, checkpoint, selection: str) -> tuple[int, bool]:

@@ -14,103 +14,49 @@ folder, checkpoints are saved every ``trainer.checkpoint_every`` steps, every
 step boundary, and rerunning the same command resumes from the newest checkpoint
 (``trainer.resume``) or, for a finished run, reports it done (``trainer.skip_done``).
 A resumed run gives the record an uninterrupted run gives.
+
+The loop's state is one :class:`lra.train.state.LoopState`; its periodic actions (log and
+validate, checkpoint, stop) are :mod:`lra.train.hooks`; the steps are compiled by
+:mod:`lra.train.memory` (with the device-memory checks); the record's fields shared with
+benchmark records are :mod:`lra.train.fields`.
 """
 
 import contextlib
 import logging
-import math
 import socket
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-import jax
-import numpy as np
 from omegaconf import OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from lra.config.setting import describe_setting
-from lra.data.pipeline import eval_batches, prefetch, train_batches
+from lra.data.pipeline import prefetch, train_batches
 from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.device import measure
 from lra.device.compile_cache import CacheCounter, configure_compile_cache
-from lra.errors import ConfigError, DataError, LRAError
+from lra.errors import ConfigError, DataError
 from lra.record import store
-from lra.run.checkpoint import Checkpoints, host_copy, start_or_resume
+from lra.run.checkpoint import Checkpoints, start_or_resume
 from lra.run.folder import RESUME_MODES, RunFolder
 from lra.run.lock import RunLock
-from lra.run.signals import Interrupted, StopSignals
+from lra.run.signals import StopSignals
 from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
 from lra.track.progress import ProgressDisplay
-from lra.train import parallel
+from lra.train import hooks, parallel
+from lra.train.compile import Compiled, abstract_batch
+from lra.train.describe import attention_sources, layers_description
+from lra.train.eval_loop import evaluate, majority_rate
+from lra.train.fields import compiled_fields, memory_fields, run_fields, setup_fields
+from lra.train.memory import compile_or_explain, out_of_memory, preflight
 from lra.train.optim import make_schedule
-from lra.train.preflight import OutOfMemory, check_fits, compile_error_summary
-from lra.train.steps import (
-    abstract_batch,
-    attention_sources,
-    compile_steps,
-    compile_train_variant,
-    layers_description,
-    softmax_implementations,
-)
+from lra.train.parallel import Topology
+from lra.train.state import LoopContext, LoopState
 
 SELECTIONS = ("best_val", "last")
 log = logging.getLogger("lra.train.loop")
-
-
-class TrainingDiverged(LRAError):
-    """The loss became NaN or infinite."""
-
-
-def _train_means(pending: list, step: int) -> dict:
-    """Mean loss and accuracy of the steps since the last log line; stop on a non-finite loss."""
-    host = jax.device_get(pending)
-    losses = [float(m["loss"]) for m in host]
-    first = step - len(pending) + 1
-    for i, loss in enumerate(losses):
-        if not math.isfinite(loss):
-            raise TrainingDiverged(
-                f"the training loss became {loss} at step {first + i}; lower "
-                "trainer.learning_rate, set trainer.grad_clip=1.0, or use trainer.precision=fp32"
-            )
-    return {
-        "loss": float(np.mean(losses)),
-        "accuracy": float(np.mean([float(m["accuracy"]) for m in host])),
-    }
-
-
-def evaluate(
-    eval_step, params, split, batch_size: int, max_batches=None, timer=None, topology=None
-) -> dict:
-    """Accuracy and mean loss of ``params`` on ``split`` (all of it unless ``max_batches``).
-
-    With a ``topology`` each process reads its rows of every batch and the step's
-    sums cover the whole global batch, so every process gets the same totals.
-    """
-    totals = {"loss_sum": 0.0, "correct": 0.0, "count": 0.0}
-    outs, steps = [], 0
-    shards, put = (
-        ({}, jax.device_put) if topology is None else (topology.shard_args(), topology.put)
-    )
-    if timer is not None:
-        timer.start()
-    batches = eval_batches(split, batch_size, max_batches=max_batches, **shards)
-    for batch in prefetch(batches, put=put):
-        outs.append(eval_step(params, batch))
-        steps += 1
-    outs = jax.device_get(outs)
-    if timer is not None:
-        timer.stop(steps)
-    for out in outs:
-        for k in totals:
-            totals[k] += float(out[k])
-    return {
-        "accuracy": totals["correct"] / totals["count"],
-        "loss": totals["loss_sum"] / totals["count"],
-    }
-
-
-def majority_rate(labels: np.ndarray) -> float:
-    """Accuracy of always predicting the most common label (the floor a model must beat)."""
-    return float(np.bincount(labels).max() / len(labels))
 
 
 def _check_trainer(trainer) -> None:
@@ -140,6 +86,20 @@ def resolved_config(cfg, data_dir, results_dir) -> dict:
     return config
 
 
+@dataclass
+class Setup:
+    """A run set up for its session: its folder, devices, compiled steps and data."""
+
+    cfg: Any
+    run: RunFolder
+    topology: Topology
+    setting: dict  # lra.config.setting.describe_setting of the run's config
+    compiled: Compiled
+    compile_cache: dict  # {"dir", "hits", "misses", ...} of compiling the steps
+    peak_before: int | None  # the device's peak memory after compiling, before any step
+    splits: dict  # split name -> lra.data.store split
+
+
 def train_and_evaluate(cfg) -> dict:
     """Train ``cfg.model`` on ``cfg.task`` (resuming its run folder), evaluate, write the record.
 
@@ -148,118 +108,207 @@ def train_and_evaluate(cfg) -> dict:
     Raises :class:`Interrupted` after saving a checkpoint when a stop signal came.
     """
     session_start, started_at = time.perf_counter(), store.utc_now()
-    trainer = cfg.trainer
-    _check_trainer(trainer)
-    effective_val_source(cfg.task)  # a bad task.val_source fails before any compile
-    cache_dir = configure_compile_cache(cfg.get("compile_cache"))  # before the first compile
-    check_loggers(cfg.get("logger"))
-    parallel.initialize_distributed(cfg.get("distributed"))
-    batch_size = int(trainer.batch_size)
-    topology = parallel.make_topology(trainer.get("mesh"), batch_size, trainer.get("grad_accum", 1))
-    data_dir = resolve_data_dir(cfg.data_dir)  # a data_dir that is a file fails before any write
-    results_dir = store.ensure_writable(cfg.results_dir)
-    run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))
-    if trainer.skip_done and trainer.resume != "never" and (done := run.finished_record()):
-        log.info(
-            f"{run.key} is already done ({run.record_path}); trainer.skip_done=false reruns it"
-        )
-        return {**done, "record_path": str(run.record_path), "skipped": True}
-    setting = describe_setting(run.config)
-    log.info(f"{run.key}: variant {setting['variant']}, protocol {setting['protocol']}")
-    if warning := layers_description(cfg)["schedule_warning"]:
-        log.warning(f"{cfg.model.name} on {cfg.task.name}: {warning}")
-
-    # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
-    example = abstract_batch(cfg.task, batch_size, topology.batch_sharding)
-    cache = CacheCounter()
-    compiled = _compile_or_explain(cfg, example, topology)
-    compile_cache = {"dir": cache_dir, **cache.counts()}
-    if trainer.get("preflight", True):
-        _preflight(cfg, compiled, topology)
-    peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
-    splits = load_task(cfg.task, data_dir)
-    _check_lengths(cfg.task, splits)
+    run, topology, cache_dir = _open_run(cfg)
+    if done := _finished_record(cfg, run):
+        return done
+    setup = _set_up(cfg, run, topology, cache_dir)
     lock = RunLock(run.path, started_at) if topology.is_main else contextlib.nullcontext()
     with lock, StopSignals() as stop:
-        if getattr(lock, "took_over", None):
-            log.warning(f"took over the lock of a stopped trainer: {lock.took_over}")
-        if topology.is_main:
-            run.claim(trainer.resume)
-        topology.barrier("run folder claimed")
-        ckpts = Checkpoints(
-            run.path,
-            keep=trainer.keep_checkpoints,
-            every_steps=trainer.checkpoint_every,
-            every_minutes=trainer.checkpoint_minutes,
-        )
+        _claim(setup, lock)
+        ckpts = _checkpoints(setup)
         trackers = None
         try:
             code = store.code_version()  # a git subprocess: once per run
             note = {"at": started_at, "host": socket.gethostname(), "code": code}
-            state, best_params, progress = start_or_resume(
-                ckpts, compiled.state, trainer.resume, note
-            )
-            prior_wall = progress.wall_seconds
-            if progress.step:
-                log.info(f"resuming {run.key} from step {progress.step} ({ckpts.folder})")
-            info = _run_info(cfg, run, progress.step)
-            trackers = open_trackers(cfg.get("logger"), info) if topology.is_main else Trackers([])
-            try:
-                state, best_params, progress = _train(
-                    cfg,
-                    compiled,
-                    topology,
-                    splits,
-                    topology.replicate(state),
-                    best_params,
-                    progress,
-                    ckpts,
-                    stop,
-                    trackers,
-                    session_start,
-                )
+            loop = _resume(setup, ckpts, note, session_start)
+            trackers = _open_trackers(setup, loop.progress.step)
+            with _out_of_memory_explained(setup.compiled):
+                _train(setup, loop, ckpts, stop, trackers)
                 kept = ckpts.wait()
-
-                if trainer.selection == "best_val":
-                    selected, selected_step = best_params, progress.best_step
-                    val_accuracy = progress.best_accuracy
-                else:
-                    selected, selected_step = state.params, progress.step
-                    val_accuracy = progress.history[-1]["val_accuracy"]
-                eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
-                test = evaluate(
-                    compiled.eval_step,
-                    topology.replicate(selected),
-                    splits["test"],
-                    batch_size,
-                    None,
-                    eval_timer,
-                    topology,
-                )
-            except Exception as err:  # XLA raises its own runtime error types
-                if measure.is_out_of_memory(err):
-                    raise _out_of_memory(err, compiled) from err
-                raise
-            record = _record(
-                cfg, run, compiled, topology, splits, progress, test, eval_timer, code, peak_before
+                selected, test = _select_and_test(setup, loop)
+            record = _record(setup, loop, test, code_version=code)
+            record.update(selected, checkpoint_steps=kept, wall_seconds=loop.wall_seconds())
+            record["record_path"] = str(
+                run.write_record(record) if topology.is_main else run.record_path
             )
-            record.update(setting, compile_cache=compile_cache)
-            record.update(
-                val_accuracy=val_accuracy,
-                selected_step=selected_step,
-                checkpoint_steps=kept,
-                wall_seconds=prior_wall + time.perf_counter() - session_start,
-            )
-            if topology.is_main:
-                record["record_path"] = str(run.write_record(record))
-            else:
-                record["record_path"] = str(run.record_path)  # written by process 0
             trackers.summary(record)
         finally:
             ckpts.close()
             if trackers is not None:
                 trackers.close()
     return record
+
+
+def _open_run(cfg) -> tuple[RunFolder, Topology, str | None]:
+    """Check the config, start the compile cache and the devices, open the run folder."""
+    trainer = cfg.trainer
+    _check_trainer(trainer)
+    effective_val_source(cfg.task)  # a bad task.val_source fails before any compile
+    cache_dir = configure_compile_cache(cfg.compile_cache)  # before the first compile
+    check_loggers(cfg.get("logger"))
+    parallel.initialize_distributed(cfg.distributed)
+    topology = parallel.make_topology(trainer.mesh, int(trainer.batch_size), trainer.grad_accum)
+    data_dir = resolve_data_dir(cfg.data_dir)  # a data_dir that is a file fails before any write
+    results_dir = store.ensure_writable(cfg.results_dir)
+    run = RunFolder(results_dir, resolved_config(cfg, data_dir, results_dir))
+    return run, topology, cache_dir
+
+
+def _finished_record(cfg, run: RunFolder) -> dict | None:
+    """The record of a finished run, when ``trainer.skip_done`` reports it done."""
+    if not cfg.trainer.skip_done or cfg.trainer.resume == "never":
+        return None
+    if not (done := run.finished_record()):
+        return None
+    log.info(f"{run.key} is already done ({run.record_path}); trainer.skip_done=false reruns it")
+    return {**done, "record_path": str(run.record_path), "skipped": True}
+
+
+def _set_up(cfg, run: RunFolder, topology: Topology, cache_dir) -> Setup:
+    """Describe the run, compile its steps (stopping here if they cannot fit), load its data."""
+    setting = describe_setting(run.config)
+    log.info(f"{run.key}: variant {setting['variant']}, protocol {setting['protocol']}")
+    if warning := layers_description(cfg)["schedule_warning"]:
+        log.warning(f"{cfg.model.name} on {cfg.task.name}: {warning}")
+    # Compiled from shapes alone: a step that cannot fit stops the run before any data loads.
+    example = abstract_batch(cfg.task, int(cfg.trainer.batch_size), topology.batch_sharding)
+    cache = CacheCounter()
+    compiled = compile_or_explain(cfg, example, topology)
+    compile_cache = {"dir": cache_dir, **cache.counts()}
+    if cfg.trainer.preflight:
+        preflight(cfg, compiled, topology)
+    peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
+    splits = load_task(cfg.task, Path(run.config["data_dir"]))
+    _check_lengths(cfg.task, splits)
+    return Setup(cfg, run, topology, setting, compiled, compile_cache, peak_before, splits)
+
+
+def _claim(setup: Setup, lock) -> None:
+    """Claim the run folder (under its lock) for ``trainer.resume``, on every process."""
+    if getattr(lock, "took_over", None):
+        log.warning(f"took over the lock of a stopped trainer: {lock.took_over}")
+    if setup.topology.is_main:
+        setup.run.claim(setup.cfg.trainer.resume)
+    setup.topology.barrier("run folder claimed")
+
+
+def _checkpoints(setup: Setup) -> Checkpoints:
+    trainer = setup.cfg.trainer
+    return Checkpoints(
+        setup.run.path,
+        keep=trainer.keep_checkpoints,
+        every_steps=trainer.checkpoint_every,
+        every_minutes=trainer.checkpoint_minutes,
+    )
+
+
+def _resume(setup: Setup, ckpts: Checkpoints, note: dict, session_start: float) -> LoopState:
+    """The loop's state from the newest checkpoint (``trainer.resume``), or fresh."""
+    state, best_params, progress = start_or_resume(
+        ckpts, setup.compiled.state, setup.cfg.trainer.resume, note
+    )
+    if progress.step:
+        log.info(f"resuming {setup.run.key} from step {progress.step} ({ckpts.folder})")
+    state = setup.topology.replicate(state)
+    return LoopState.resume(state, best_params, progress, session_start)
+
+
+def _open_trackers(setup: Setup, resumed_step: int) -> Trackers:
+    if not setup.topology.is_main:
+        return Trackers([])
+    return open_trackers(setup.cfg.get("logger"), _run_info(setup.cfg, setup.run, resumed_step))
+
+
+@contextlib.contextmanager
+def _out_of_memory_explained(compiled: Compiled):
+    """Turn the device's out-of-memory error into one clear :class:`OutOfMemory`."""
+    try:
+        yield
+    except Exception as err:  # XLA raises its own runtime error types
+        if measure.is_out_of_memory(err):
+            raise out_of_memory(err, compiled) from err
+        raise
+
+
+def _train(setup: Setup, loop: LoopState, ckpts, stop, trackers) -> None:
+    """Train ``loop`` from its step to ``trainer.num_steps``, with the periodic actions of
+    :mod:`lra.train.hooks` after each step.
+
+    Steps since the last log line keep their metrics in ``loop.pending``; a checkpoint
+    stores them, so a resumed run logs exactly what an uninterrupted one logs.
+    The session's first step is an untimed warm-up; saves are outside timed windows.
+    """
+    trainer, topology, start = setup.cfg.trainer, setup.topology, loop.progress.step
+    num_steps = int(trainer.num_steps)
+    if stop.requested:
+        raise hooks.stopped(stop, start, num_steps, "nothing new to save")
+    ctx = _context(setup, start, ckpts, stop, trackers)
+    batches = prefetch(
+        train_batches(
+            setup.splits["train"],
+            int(trainer.batch_size),
+            int(setup.cfg.seed),
+            start_step=start,
+            **topology.shard_args(),
+        ),
+        put=topology.put,
+    )
+    step_fn, key = setup.compiled.train_step, setup.compiled.dropout_key
+    try:
+        with logging_redirect_tqdm():
+            for step in range(start + 1, num_steps + 1):
+                loop.train, metrics = step_fn(loop.train, next(batches), key)
+                loop.pending.append(metrics)
+                loop.count_step()
+                if hooks.log_due(ctx, step):
+                    hooks.log_and_validate(ctx, loop, step)
+                hooks.checkpoint_and_stop(ctx, loop, step)
+    finally:
+        ctx.display.close()
+        batches.close()
+
+
+def _context(setup: Setup, start: int, ckpts, stop, trackers) -> LoopContext:
+    trainer, topology = setup.cfg.trainer, setup.topology
+    num_steps = int(trainer.num_steps)
+    return LoopContext(
+        trainer=trainer,
+        topology=topology,
+        compiled=setup.compiled,
+        splits=setup.splits,
+        ckpts=ckpts,
+        stop=stop,
+        trackers=trackers,
+        display=ProgressDisplay(num_steps, start, bool(trainer.progress) and topology.is_main),
+        learning_rate=make_schedule(
+            trainer.schedule,
+            trainer.learning_rate,
+            trainer.warmup_steps,
+            num_steps,
+            trainer.decay_steps,
+        ),
+    )
+
+
+def _select_and_test(setup: Setup, loop: LoopState) -> tuple[dict, dict]:
+    """The model ``trainer.selection`` picks (``val_accuracy``, ``selected_step``) and its
+    accuracy and loss on the test split."""
+    progress, topology = loop.progress, setup.topology
+    if setup.cfg.trainer.selection == "best_val":
+        params, step, val_accuracy = loop.best_params, progress.best_step, progress.best_accuracy
+    else:
+        params, step = loop.train.params, progress.step
+        val_accuracy = progress.history[-1]["val_accuracy"]
+    test = evaluate(
+        setup.compiled.eval_step,
+        topology.replicate(params),
+        setup.splits["test"],
+        int(setup.cfg.trainer.batch_size),
+        None,
+        loop.eval_timer,
+        topology,
+    )
+    return {"val_accuracy": val_accuracy, "selected_step": step}, test
 
 
 def _check_lengths(task_cfg, splits) -> None:
@@ -270,208 +319,6 @@ def _check_lengths(task_cfg, splits) -> None:
                 f"but task.max_length is {task_cfg.max_length}; prepare it again with "
                 f"lra-data task={task_cfg.name} rebuild=true"
             )
-
-
-def _compile_or_explain(cfg, example, topology):
-    """:func:`compile_steps`; if compiling runs out of device memory (a GPU's autotuner
-    allocates while compiling), the pre-flight search for settings that fit, or with
-    ``trainer.preflight=false`` a clean :class:`OutOfMemory`."""
-    try:
-        return compile_steps(cfg, example, topology=topology)
-    except Exception as err:  # XLA raises its own runtime error types
-        if not measure.is_out_of_memory(err):
-            raise
-        if cfg.trainer.get("preflight", True):
-            _preflight(cfg, None, topology, compile_error=err)  # raises OutOfMemory
-        raise _out_of_memory(err, None) from err
-
-
-def _steps_bytes(compiled) -> tuple[int | None, str]:
-    """Compiled memory of the step that needs more, train or eval, and its name."""
-    sizes = {
-        f"{name} step": measure.compiled_memory_bytes(step)
-        for name, step in (("train", compiled.train_step), ("eval", compiled.eval_step))
-        if step is not None
-    }
-    known = {name: size for name, size in sizes.items() if size is not None}
-    if not known:
-        return None, "train step"
-    name = max(known, key=known.get)
-    return known[name], name
-
-
-def _preflight(cfg, compiled, topology, compile_error=None) -> None:
-    """Stop (:class:`OutOfMemory`) if the compiled train or eval step does not fit the device
-    (``compile_error``: compiling them already ran out of device memory)."""
-    trainer = cfg.trainer
-
-    def measure_bytes(grad_accum: int, remat: bool) -> int | None:
-        try:
-            variant = compile_train_variant(
-                cfg, topology, grad_accum=grad_accum, remat=remat, evaluate=True
-            )
-        except Exception as err:  # XLA raises its own runtime error types
-            if measure.is_out_of_memory(err):
-                return None  # does not even compile in the device's memory
-            raise
-        return _steps_bytes(variant)[0]
-
-    needed, step = (None, "train step") if compiled is None else _steps_bytes(compiled)
-    check_fits(
-        needed,
-        trainer.get("memory_limit_gb"),
-        measure_bytes,
-        topology.per_device_batch,
-        int(trainer.get("grad_accum", 1)),
-        bool(trainer.get("remat", False)),
-        step=step,
-        compile_error=compile_error,
-    )
-
-
-def _out_of_memory(err: BaseException, compiled) -> OutOfMemory:
-    needed = None if compiled is None else measure.compiled_memory_bytes(compiled.train_step)
-    plan = "" if needed is None else f" (the compiled train step needs {needed / 1e9:.1f} GB)"
-    return OutOfMemory(
-        f"the device ran out of memory{plan}: {compile_error_summary(err)}; lower the "
-        "memory with trainer.grad_accum=2 (or more) or trainer.remat=true, or leave "
-        "trainer.preflight=true and trainer.memory_limit_gb=<GB the device has free> to have "
-        "the fitting settings found"
-    )
-
-
-def _train(
-    cfg,
-    compiled,
-    topology,
-    splits,
-    state,
-    best_params,
-    progress,
-    ckpts,
-    stop,
-    trackers,
-    session_start,
-):
-    """Train from ``progress.step`` to ``trainer.num_steps``: ``(state, best_params, progress)``.
-
-    Steps since the last log line keep their metrics in ``pending``; a checkpoint
-    stores them, so a resumed run logs exactly what an uninterrupted one logs.
-    The session's first step is an untimed warm-up; saves are outside timed windows.
-    """
-    trainer = cfg.trainer
-    num_steps, batch_size = int(trainer.num_steps), int(trainer.batch_size)
-    eval_every, log_every = int(trainer.eval_every), int(trainer.log_every)
-    train_timer = measure.WindowTimer(progress.train_steps, progress.train_seconds)
-    eval_timer = measure.WindowTimer(progress.eval_steps, progress.eval_seconds)
-    prior_wall, pending, timed = progress.wall_seconds, list(progress.pending), None
-
-    def save(step: int) -> None:
-        progress.step, progress.pending = (
-            step,
-            [{k: float(v) for k, v in m.items()} for m in jax.device_get(pending)],
-        )
-        progress.train_steps, progress.train_seconds = train_timer.steps, train_timer.seconds
-        progress.eval_steps, progress.eval_seconds = eval_timer.steps, eval_timer.seconds
-        progress.wall_seconds = prior_wall + time.perf_counter() - session_start
-        progress.checkpoint_seconds += ckpts.save(step, state, best_params, progress)
-        progress.checkpoint_saves += 1
-
-    def stopped(step: int, saved: str) -> Interrupted:
-        return Interrupted(
-            f"stopped by {stop.name} at step {step} of {num_steps}; {saved}; "
-            "rerun the same command to resume",
-            stop.received,
-            stop.deferred(),
-        )
-
-    if stop.requested:
-        raise stopped(progress.step, "nothing new to save")
-    display = ProgressDisplay(num_steps, progress.step, bool(trainer.progress) and topology.is_main)
-    learning_rate = make_schedule(
-        trainer.schedule,
-        trainer.learning_rate,
-        trainer.warmup_steps,
-        num_steps,
-        trainer.get("decay_steps"),
-    )
-    batches = prefetch(
-        train_batches(
-            splits["train"],
-            batch_size,
-            int(cfg.seed),
-            start_step=progress.step,
-            **topology.shard_args(),
-        ),
-        put=topology.put,
-    )
-    try:
-        with logging_redirect_tqdm():
-            for step in range(progress.step + 1, num_steps + 1):
-                state, metrics = compiled.train_step(state, next(batches), compiled.dropout_key)
-                pending.append(metrics)
-                if timed is None:  # the warm-up step: await it, then time what follows
-                    jax.block_until_ready(state)
-                    train_timer.start()
-                    timed = 0
-                else:
-                    timed += 1
-                is_eval = step % eval_every == 0 or step == num_steps
-                if step == 1 or is_eval or step % log_every == 0:
-                    train_timer.stop(timed, state)
-                    train = _train_means(pending, step)
-                    pending = []
-                    rate = train_timer.windows[-1] if timed else None
-                    entry = {"step": step, "train_loss": train["loss"]}
-                    scalars = {
-                        "train/loss": train["loss"],
-                        "train/accuracy": train["accuracy"],
-                        "train/learning_rate": float(learning_rate(step - 1)),
-                    }
-                    if rate:
-                        scalars["train/steps_per_sec"] = rate
-                    if is_eval:
-                        val = evaluate(
-                            compiled.eval_step,
-                            state.params,
-                            splits["val"],
-                            batch_size,
-                            trainer.get("eval_batches"),
-                            eval_timer,
-                            topology,
-                        )
-                        log.info(
-                            f"step {step}: val accuracy {val['accuracy']:.4f} "
-                            f"loss {val['loss']:.4f}"
-                        )
-                        entry.update(val_accuracy=val["accuracy"], val_loss=val["loss"])
-                        scalars.update({"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
-                        if (
-                            trainer.selection == "best_val"
-                            and val["accuracy"] > progress.best_accuracy
-                        ):
-                            progress.best_accuracy, progress.best_step = val["accuracy"], step
-                            best_params = host_copy(state.params)
-                    progress.history.append(entry)
-                    trackers.log(step, scalars)
-                    display.update(
-                        step, train["loss"], train["accuracy"], rate, entry.get("val_accuracy")
-                    )
-                    train_timer.start()
-                    timed = 0
-                # Every process must take the same branch: a stop or a due save on any is on all.
-                stopping, due = topology.any_process(stop.requested, ckpts.due(step))
-                if step == num_steps or stopping or due:
-                    train_timer.stop(timed, state)
-                    save(step)
-                    if stopping:
-                        raise stopped(step, f"checkpoint saved in {ckpts.folder}")
-                    train_timer.start()
-                    timed = 0
-    finally:
-        display.close()
-        batches.close()
-    return state, best_params, progress
 
 
 def _run_info(cfg, run, resumed_step: int) -> RunInfo:
@@ -487,22 +334,23 @@ def _run_info(cfg, run, resumed_step: int) -> RunInfo:
     )
 
 
-def _record(
-    cfg, run, compiled, topology, splits, progress, test, eval_timer, code_version, peak_before
-):
-    """The results record of a finished run (selection fields are added by the caller).
-
-    ``peak_before``: the device's peak memory after compiling, before any step ran.
-    """
-    train_compiled = compiled.train_step
-    memory_bytes, memory_source = measure.peak_memory(train_compiled, before=peak_before)
+def _record(setup: Setup, loop: LoopState, test: dict, *, code_version: str) -> dict:
+    """The results record of a finished run (selection fields are added by the caller)."""
+    cfg, run, progress, splits = setup.cfg, setup.run, loop.progress, setup.splits
     train_rate = progress.train_steps / progress.train_seconds if progress.train_seconds else None
     return {
-        "schema_version": store.SCHEMA_VERSION,
-        "kind": "train",
-        "model": cfg.model.name,
-        "task": cfg.task.name,
-        "seed": int(cfg.seed),
+        **run_fields(
+            cfg,
+            "train",
+            setting=setup.setting,
+            config=run.config,
+            code_version=code_version,
+            started_at=progress.started_at,
+        ),
+        **setup_fields(cfg, setup.topology),
+        **compiled_fields(setup.compiled, setup.compile_cache),
+        **memory_fields(setup.compiled, setup.peak_before),
+        **measure.environment(),
         "val_source": effective_val_source(cfg.task),
         "split_sizes": {name: len(split) for name, split in splits.items()},
         "test_accuracy": test["accuracy"],
@@ -512,29 +360,12 @@ def _record(
         "selection": cfg.trainer.selection,
         "num_steps": int(cfg.trainer.num_steps),
         "train_steps_per_sec": train_rate,
-        "eval_steps_per_sec": eval_timer.steps_per_sec,
-        "peak_memory_bytes": memory_bytes,
-        "memory_source": memory_source,
-        "compiled_memory_bytes": measure.compiled_memory_bytes(train_compiled),
-        "softmax_implementation": softmax_implementations(cfg),
-        "flops_per_step": compiled.flops_per_step,
-        "num_params": compiled.num_params,
-        "compile_seconds": compiled.compile_seconds,
-        **topology.describe(),
-        "grad_accum": int(cfg.trainer.get("grad_accum", 1)),
-        "remat": bool(cfg.trainer.get("remat", False)),
+        "eval_steps_per_sec": loop.eval_timer.steps_per_sec,
         "attention_sources": attention_sources(cfg),
-        **layers_description(cfg),
-        **measure.environment(),
-        "precision": cfg.trainer.precision,
-        "code_version": code_version,
-        "config_hash": store.config_hash(run.config),
         "run_key": run.key,
         "run_dir": str(run.path),
         "resumed_from": progress.resumed_from,
         "checkpoint_saves": progress.checkpoint_saves,
         "checkpoint_seconds": progress.checkpoint_seconds,
-        "started_at": progress.started_at,
         "history": progress.history,
-        "config": run.config,
     }

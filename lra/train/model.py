@@ -1,0 +1,51 @@
+"""The classifier of a run, built from its configs.
+
+:func:`model_kwargs` merges the task's architecture with the model's overrides
+(``model.arch_overrides``) into the arguments of :func:`lra.models.build_classifier`;
+:func:`build_model` builds it, turning config mistakes into :class:`ConfigError`.
+"""
+
+import jax
+from flax import nnx
+from omegaconf import OmegaConf
+
+import lra.models
+from lra.errors import ConfigError
+
+
+def model_kwargs(cfg) -> dict:
+    """Classifier arguments: the task's architecture, then the model's overrides."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    arch = OmegaConf.to_container(cfg.task.arch, resolve=True)
+    arch.update(model["arch_overrides"] or {})
+    return dict(
+        arch,
+        vocab_size=cfg.task.vocab_size,
+        num_classes=cfg.task.num_classes,
+        max_len=cfg.task.max_length,
+        attention=model["attention"],
+        attention_options=model["attention_options"] or {},
+        dual=bool(cfg.task.dual),
+        remat=bool(cfg.trainer.remat),
+    )
+
+
+def build_model(cfg, rngs: nnx.Rngs, kwargs: dict | None = None) -> nnx.Module:
+    """The classifier for ``cfg.model`` on ``cfg.task`` (or for ``kwargs``, a
+    :func:`model_kwargs` of it); config mistakes become ConfigError."""
+    try:
+        return lra.models.build_classifier(**(kwargs or model_kwargs(cfg)), rngs=rngs)
+    except (lra.models.RegistryError, TypeError, ValueError) as err:
+        raise ConfigError(f"cannot build model {cfg.model.name!r}: {err}") from err
+
+
+def plain_softmax_kwargs(cfg) -> dict:
+    """:func:`model_kwargs` with every softmax layer on the plain path (the same parameters)."""
+    kwargs = model_kwargs(cfg)
+    options = {k: dict(v or {}) for k, v in (kwargs["attention_options"] or {}).items()}
+    options.setdefault("softmax", {})["implementation"] = "plain"
+    return {**kwargs, "attention_options": options}
+
+
+def count_params(params) -> int:
+    return int(sum(x.size for x in jax.tree.leaves(params)))
