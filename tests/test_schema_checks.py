@@ -196,14 +196,12 @@ def test_the_code_branches_on_the_schemas_values():
     from lra.run.folder import RESUME_MODES
     from lra.track import BACKENDS
     from lra.train import dropout_rng, optim, steps
-    from lra.train.loop import SELECTIONS
 
     assert optim.SCHEDULES == types.allowed(types.Schedule)
     assert dropout_rng.GENERATORS == types.allowed(types.DropoutGenerator)
     assert RESUME_MODES == types.allowed(types.ResumeMode)
     assert VAL_SOURCES == types.allowed(types.ValSource)
     assert set(steps.PRECISIONS) == set(types.allowed(types.Precision))
-    assert set(SELECTIONS) == set(types.allowed(types.Selection))
     assert set(POOLINGS) == set(types.allowed(types.Pooling))
     assert set(POSITIONS) == set(types.allowed(types.Positions))
     assert set(BACKENDS) == {f.name for f in dataclasses.fields(types.LoggerConfig)}

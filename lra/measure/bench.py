@@ -24,13 +24,13 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from lra.config import schema
 from lra.config.compose import compose_config
 from lra.config.setting import describe_setting, group_choices
 from lra.device import measure
 from lra.device.compile_cache import CacheCounter, configure_compile_cache
 from lra.device.machine_load import summarize_windows
 from lra.device.measure import WindowTimer
-from lra.errors import ConfigError
 from lra.record import store
 from lra.train import parallel
 from lra.train.compile import abstract_batch, compile_steps
@@ -166,15 +166,6 @@ def _measure_isolated(cfg_container: dict, length: int, batch_size: int, options
 MEASUREMENT_KEYS = ("lengths", "batch_size", "bench.", "models", "rounds")
 
 
-def _check_bench(cfg) -> list[int]:
-    lengths = list(cfg.lengths)
-    if not lengths or any(int(n) <= 0 for n in lengths):
-        raise ConfigError(f"lengths must be a non-empty list of positive ints, got {lengths}")
-    if int(cfg.batch_size) <= 0:
-        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
-    return [int(n) for n in lengths]
-
-
 def model_configs(cfg, overrides: list[str] | None = None) -> list:
     """One config per model of ``cfg.models`` (the command's other overrides kept), or
     ``[cfg]`` when ``models`` is null. ``overrides`` defaults to the running Hydra app's."""
@@ -233,10 +224,8 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     cell is recorded with ``status: "oom"`` (and not measured again in later rounds) and
     the sweep goes on; ``status: "failed"`` marks a measurement process that died.
     """
-    lengths = _check_bench(cfg)
-    rounds = int(cfg.get("rounds", 1))
-    if rounds < 1:
-        raise ConfigError(f"rounds must be at least 1, got {rounds}")
+    schema.validate(cfg, "bench")  # lengths, batch size, rounds: the schema's checks
+    lengths, rounds = [int(n) for n in cfg.lengths], int(cfg.rounds)
     results_dir = store.ensure_writable(cfg.results_dir)
     options = {
         "warmup_steps": int(cfg.bench.warmup_steps),

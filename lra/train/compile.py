@@ -21,7 +21,6 @@ from flax import nnx
 from omegaconf import OmegaConf
 
 from lra.device import measure
-from lra.errors import ConfigError
 from lra.train import dropout_rng
 from lra.train.describe import softmax_implementations
 from lra.train.model import build_model, count_params, plain_softmax_kwargs
@@ -133,8 +132,6 @@ def compile_steps(
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     tx = make_optimizer(cfg.trainer)
     grad_accum = int(cfg.trainer.grad_accum)
-    if grad_accum < 1:
-        raise ConfigError(f"trainer.grad_accum must be at least 1, got {grad_accum}")
     train_step, eval_step = make_steps(graphdef, rest, tx, cfg.trainer.precision, grad_accum)
     state = TrainState(params, tx.init(params), jnp.zeros((), jnp.int32))
     dropout_key = dropout_rng.dropout_key(cfg.seed, cfg.trainer.dropout_rng)

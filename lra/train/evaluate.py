@@ -11,8 +11,9 @@ checkpoint), ``last`` (the newest checkpoint's parameters) or a kept step.
 import jax
 from omegaconf import OmegaConf
 
+from lra.config.schema import check_value
+from lra.config.types import EvalConfig
 from lra.data.pipeline import eval_batches
-from lra.data.store import SPLITS
 from lra.data.tasks import load_task, resolve_data_dir
 from lra.errors import ConfigError
 from lra.run.checkpoint import CheckpointError, Checkpoints
@@ -41,8 +42,7 @@ def _which(ckpts: Checkpoints, checkpoint, selection: str) -> tuple[int, bool]:
 
 def evaluate_run(run, split: str = "test", checkpoint="selected", data_dir=None) -> dict:
     """Evaluate a run folder's model: ``{"split", "accuracy", "loss", "step", "best"}``."""
-    if split not in SPLITS:
-        raise ConfigError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
+    check_value("split", split, EvalConfig)
     cfg = OmegaConf.create(read_run_config(run))
     data_dir = resolve_data_dir(data_dir or cfg.data_dir)
     splits = load_task(cfg.task, data_dir)

@@ -32,15 +32,16 @@ from typing import Any
 from omegaconf import OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from lra.config import schema
 from lra.config.setting import describe_setting
 from lra.data.pipeline import prefetch, train_batches
 from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.device import measure
 from lra.device.compile_cache import CacheCounter, configure_compile_cache
-from lra.errors import ConfigError, DataError
+from lra.errors import DataError
 from lra.record import store
 from lra.run.checkpoint import Checkpoints, start_or_resume
-from lra.run.folder import RESUME_MODES, RunFolder
+from lra.run.folder import RunFolder
 from lra.run.lock import RunLock
 from lra.run.signals import StopSignals
 from lra.track import RunInfo, Trackers, check_loggers, open_trackers, sweep_group
@@ -55,28 +56,7 @@ from lra.train.optim import make_schedule
 from lra.train.parallel import Topology
 from lra.train.state import LoopContext, LoopState
 
-SELECTIONS = ("best_val", "last")
 log = logging.getLogger("lra.train.loop")
-
-
-def _check_trainer(trainer) -> None:
-    for key, allowed in (("selection", SELECTIONS), ("resume", RESUME_MODES)):
-        if trainer[key] not in allowed:
-            raise ConfigError(
-                f"unknown trainer.{key} {trainer[key]!r}; choose one of {', '.join(allowed)}"
-            )
-    for key, low in (
-        ("num_steps", 1),
-        ("batch_size", 1),
-        ("grad_accum", 1),
-        ("eval_every", 1),
-        ("log_every", 1),
-        ("keep_checkpoints", 1),
-        ("checkpoint_every", 0),
-        ("checkpoint_minutes", 0),
-    ):
-        if float(trainer[key]) < low:
-            raise ConfigError(f"trainer.{key} must be at least {low}, got {trainer[key]}")
 
 
 def resolved_config(cfg, data_dir, results_dir) -> dict:
@@ -141,8 +121,8 @@ def train_and_evaluate(cfg) -> dict:
 
 def _open_run(cfg) -> tuple[RunFolder, Topology, str | None]:
     """Check the config, start the compile cache and the devices, open the run folder."""
+    schema.validate(cfg, "config")  # types, allowed values, ranges: the schema's, as lra-train's
     trainer = cfg.trainer
-    _check_trainer(trainer)
     effective_val_source(cfg.task)  # a bad task.val_source fails before any compile
     cache_dir = configure_compile_cache(cfg.compile_cache)  # before the first compile
     check_loggers(cfg.get("logger"))

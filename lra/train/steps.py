@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from lra.errors import ConfigError
+from lra.config.schema import check_value
 
 PRECISIONS = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -88,10 +88,7 @@ def make_steps(
     so with dropout the result differs from K = 1 as another seed would.) The eval
     step sums its metrics over the same K micro-batches.
     """
-    if precision not in PRECISIONS:
-        raise ConfigError(
-            f"unknown trainer.precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
+    check_value("trainer.precision", precision)
     dtype = PRECISIONS[precision]
 
     def loss_sums(params, batch, dropout_key):
