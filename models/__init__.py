@@ -4,6 +4,7 @@ Nothing here knows a dataset; the harness in ``lra`` builds models from configs.
 """
 
 import lra.models.attention  # noqa: F401  (registers every mechanism)
+import lra.models.ssm  # noqa: F401  (registers the state-space mixers)
 from lra.models import registry
 from lra.models.encoder import sinusoidal_positions
 from lra.models.heads import Classifier, DualClassifier, build_classifier
