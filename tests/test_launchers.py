@@ -211,3 +211,76 @@ def test_slurm_launcher_config_makes_a_one_gpu_sbatch_script(monkeypatch, tmp_pa
         f"#SBATCH --output={tmp_path / 'sweep'}/.submitit/%j/%j_0_log.out",
     ]:
         assert line in script.splitlines()
+
+
+def test_slurm_job_board_shows_pending_running_requeued_and_done_when_they_change():
+    shown = []
+    board = cluster.SlurmJobBoard(show=shown.append)
+    for states in [
+        ("PENDING", "PENDING"),
+        ("PENDING", "PENDING"),  # no change: nothing new
+        ("RUNNING", "RUNNING"),
+        ("COMPLETED", "PENDING"),  # 7_1 ran before: requeued
+        ("COMPLETED", "CANCELLED by 0"),
+    ]:
+        board.update({f"7_{i}": {"State": state} for i, state in enumerate(states)})
+    board.update({"8": {"State": "COMPLETED", "RestartCnt": "2"}})  # squeue's restart count
+    assert shown == [
+        "SLURM jobs: 2 pending (7_0, 7_1), 0 done",
+        "SLURM jobs: 2 running (7_0, 7_1), 0 done",
+        "SLURM jobs: 1 requeued (7_1), 1 done",
+        "SLURM jobs: 1 done, 1 failed (7_1)",
+        "SLURM jobs: 1 done; requeued so far: 8 2x",
+    ]
+
+
+def test_slurm_watcher_without_accounting_says_so_once_and_follows_the_jobs_with_squeue(
+    tmp_path, monkeypatch, caplog
+):
+    """sacct fails where accounting is off (submitit would warn three times a poll): the
+    watcher says so once and reads the states from squeue; a job gone from it has ended."""
+    pytest.importorskip("submitit")
+    queue = tmp_path / "queue.txt"
+    fake = {
+        "sacct": "echo 'Slurm accounting storage is disabled' >&2; exit 1",
+        "squeue": f'echo "$@" >> {tmp_path / "squeue.args"}; cat {queue}',
+    }
+    for name, body in fake.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    watcher = cluster.slurm_watcher(poll_s=0)
+    shown = []
+    watcher.board = cluster.SlurmJobBoard(show=shown.append)
+    for job in ("7", "7_0", "7_1"):
+        watcher.register_job(job)
+    queue.write_text("7_[0-1]|PENDING||0\n")
+    caplog.set_level("INFO", logger="lra.run.cluster")
+    watcher.update()
+    queue.write_text("7_0|RUNNING|vm|0\n7_1|COMPLETED|vm|1\n")
+    watcher.update()
+    queue.write_text("7_1|COMPLETED|vm|1\n")  # 7_0 left the queue (MinJobAge): it ended
+    watcher.update()
+    notices = [r.message for r in caplog.records if "sacct" in r.message]
+    assert len(notices) == 1 and "accounting storage is disabled" in notices[0]
+    assert "following the SLURM jobs with squeue" in notices[0]
+    assert watcher.get_state("7_0", mode="cache") == "GONE"
+    assert watcher.is_done("7_1", mode="cache")
+    assert shown == [
+        "SLURM jobs: 2 pending (7_0, 7_1), 0 done",
+        "SLURM jobs: 1 running (7_0), 1 done; requeued so far: 7_1 1x",
+        "SLURM jobs: 1 done, 1 failed (7_0); requeued so far: 7_1 1x",
+    ]
+    args = (tmp_path / "squeue.args").read_text().splitlines()
+    fields = "JobArrayID:|,State:|,NodeList:|,RestartCnt:"
+    assert args[0] == f"--states=all --noheader --Format={fields} --jobs=7"
+
+
+def test_a_submitit_job_names_the_sweep_command_to_rerun(monkeypatch):
+    from lra.run.signals import rerun_command
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/lra-train", "seed=1"])
+    assert rerun_command() == "lra-train seed=1"
+    monkeypatch.setattr(sys, "argv", ["/venv/submitit/core/_submit.py", "/sweep/.submitit/7"])
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    assert rerun_command() == "the sweep's lra-train -m command"

@@ -135,3 +135,202 @@ def pin_local_gpu(wait_s: float = 30.0) -> str | None:
     os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     log.info(f"GPU slot {slot} (CUDA_VISIBLE_DEVICES={slot}), process {os.getpid()}")
     return slot
+
+
+# --- Following a sweep's SLURM jobs (hydra/launcher=slurm) ------------------------------------
+
+#: How often (at most every this many seconds) the launching process asks SLURM for the states
+#: of its jobs; submitit's own watcher backs off to once every 10 minutes.
+SLURM_POLL_S = 15.0
+_SLURM_CATEGORIES = ("pending", "running", "requeued", "done", "failed")
+_RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+# squeue's fields for the watcher (--Format names), as submitit's sacct columns and one more.
+SQUEUE_FIELDS = ("JobArrayID", "State", "NodeList", "RestartCnt")
+SQUEUE_HEADER = b"JobID|State|NodeList|RestartCnt\n"
+_REQUEUED_STATES = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED"}
+
+
+class SlurmJobBoard:
+    """The states of a sweep's SLURM jobs, as one console line each time they change.
+
+    A job is *pending*, *running*, *requeued* (pending again after it ran: a pre-emption or
+    a time limit, see :mod:`lra.run.signals`), *done* (COMPLETED) or *failed* (any other
+    end: FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, or gone from the queue). Jobs that were
+    requeued are named at the end with how often (squeue's restart count, where known).
+    """
+
+    def __init__(self, show=None):
+        self._ran: set[str] = set()
+        self._last = ""
+        self._show = show or log.info
+
+    def category(self, job_id: str, state: str, restarts: int = 0) -> str:
+        state = state.split()[0].upper() if state else "UNKNOWN"
+        if state in _RUNNING_STATES:
+            self._ran.add(job_id)
+            return "running"
+        if state in _REQUEUED_STATES or (state == "PENDING" and (job_id in self._ran or restarts)):
+            return "requeued"
+        if state in {"PENDING", "UNKNOWN", "READY", "SUSPENDED", "RESV_DEL_HOLD"}:
+            return "pending"
+        return "done" if state == "COMPLETED" else "failed"
+
+    def line(self, jobs: dict[str, dict]) -> str:
+        """``SLURM jobs: 1 running (7_0), 1 requeued (7_1), 0 done`` for ``{job id: info}``
+        (``info``: submitit's watcher entry, ``State`` and, from squeue, ``RestartCnt``)."""
+        groups: dict[str, list[str]] = {c: [] for c in _SLURM_CATEGORIES}
+        requeues = []
+        for job_id in sorted(jobs, key=_job_order):
+            info = jobs[job_id]
+            count = str(info.get("RestartCnt", "")).strip()
+            restarts = int(count) if count.isdigit() else 0
+            groups[self.category(job_id, info.get("State", ""), restarts)].append(job_id)
+            if restarts:
+                requeues.append(f"{job_id} {restarts}x")
+        parts = []
+        for name, ids in groups.items():
+            if not ids and name != "done":
+                continue
+            shown = f" ({', '.join(ids)})" if ids and name != "done" and len(ids) <= 8 else ""
+            parts.append(f"{len(ids)} {name}{shown}")
+        line = "SLURM jobs: " + ", ".join(parts)
+        if requeues and len(requeues) <= 8:
+            line += f"; requeued so far: {', '.join(requeues)}"
+        return line
+
+    def update(self, jobs: dict[str, dict]) -> None:
+        """Show the line for ``jobs`` if it differs from the last one shown."""
+        if not jobs:
+            return
+        line = self.line(jobs)
+        if line != self._last:
+            self._last = line
+            self._show(line)
+
+
+def _job_order(job_id: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else 0 for p in job_id.split("_"))
+
+
+def _squeue_command(sacct_command: list[str]) -> list[str]:
+    """submitit's ``sacct ... -j A -j B`` as ``squeue``: the same jobs, finished ones too."""
+    ids = [sacct_command[i + 1] for i, arg in enumerate(sacct_command[:-1]) if arg == "-j"]
+    fields = ",".join(f"{name}:|" for name in SQUEUE_FIELDS)[:-1]  # no padding, "|" between
+    return ["squeue", "--states=all", "--noheader", f"--Format={fields}", f"--jobs={','.join(ids)}"]
+
+
+def slurm_watcher(poll_s: float = SLURM_POLL_S):
+    """A submitit job-state watcher for clusters with or without accounting.
+
+    submitit asks ``sacct`` for the states of its jobs; where accounting is disabled (small
+    clusters, ``scripts/slurm_local.sh``) every poll fails and prints three ``Bypassing sacct
+    error`` warnings. This watcher says once that it follows the jobs with ``squeue``
+    instead, and does so from then on: squeue shows a finished job for ``MinJobAge``
+    seconds (default 300) and then forgets it, which this watcher reads as the job's end. It
+    polls at most every ``poll_s`` seconds and shows the jobs' states (:class:`SlurmJobBoard`)
+    whenever they change. Needs submitit (``pip install -e '.[cluster]'``).
+    """
+    import subprocess
+
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class SweepWatcher(SlurmInfoWatcher):
+        def __init__(self):
+            super().__init__(delay_s=int(poll_s))
+            self.use_squeue = False
+            self.board = SlurmJobBoard()
+            self._seen: set[str] = set()
+            self._squeue_failed = False
+
+        def _query(self, command: list[str]) -> bytes | None:
+            try:
+                out = subprocess.run(command, capture_output=True, check=True, timeout=60)
+            except (OSError, subprocess.SubprocessError) as err:
+                if command[0] == "sacct" and not self.use_squeue:
+                    self.use_squeue = True
+                    why = (
+                        err.stderr.decode(errors="replace").strip()
+                        if getattr(err, "stderr", b"")
+                        else err
+                    )
+                    log.info(f"sacct does not answer ({why}): following the SLURM jobs with squeue")
+                    return self._query(_squeue_command(command))
+                if not self._squeue_failed:  # say it once; submitit also watches result files
+                    self._squeue_failed = True
+                    log.warning(
+                        f"cannot read the SLURM job states ({' '.join(command[:1])}): {err}"
+                    )
+                return None
+            return out.stdout
+
+        def update(self) -> None:
+            command = self._make_command()
+            if command is not None:
+                self._num_calls += 1
+                if self.use_squeue:
+                    command = _squeue_command(command)
+                output = self._query(command)
+                if output is not None:
+                    if self.use_squeue:
+                        output = SQUEUE_HEADER + output
+                        info = self.read_info(output)
+                        self._seen |= set(info)
+                        pending = self._registered - self._finished
+                        for gone in (self._seen & pending) - set(info):
+                            info[gone] = {"JobID": gone, "State": "GONE", "NodeList": ""}
+                    else:
+                        info = self.read_info(output)
+                    self._output = output
+                    self._info_dict.update(info)
+            self._last_status_check = time.time()
+            for job_id in self._registered - self._finished:
+                if self.is_done(job_id, mode="cache"):
+                    self._finished.add(job_id)
+            arrays = {j.split("_")[0] for j in self._registered if "_" in j}
+            jobs = {
+                j: self._info_dict.get(j, {})
+                for j in self._registered
+                if j not in arrays  # an array's own id: its tasks stand for it
+            }
+            self.board.update(jobs)
+
+    return SweepWatcher()
+
+
+def follow_slurm_jobs(hydra_cfg) -> bool:
+    """In the process that launches a SLURM sweep, use :func:`slurm_watcher`; True if it did.
+
+    ``hydra_cfg`` is the ``hydra`` config; other launchers are left alone. Call before the
+    launcher submits the jobs (``SweepSummary.on_multirun_start``).
+    """
+    target = str(hydra_cfg.launcher.get("_target_", ""))
+    if not target.endswith("SlurmLauncher"):
+        return False
+    from submitit.slurm.slurm import SlurmJob
+
+    SlurmJob.watcher = slurm_watcher()
+    return True
+
+
+def show_final_slurm_states(wait_s: float = 10.0) -> None:
+    """At the end of a SLURM sweep, the jobs' last states (and requeues), asked now.
+
+    A job has written its result a moment before SLURM marks it ended: waits up to
+    ``wait_s`` seconds for SLURM to catch up.
+    """
+    try:
+        from submitit.slurm.slurm import SlurmJob
+    except ImportError:
+        return
+    watcher = SlurmJob.watcher
+    if not hasattr(watcher, "board") or not watcher._registered:
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        watcher._finished = set()  # ask for every job once more
+        watcher.update()
+        states = [watcher._info_dict.get(j, {}).get("State", "") for j in watcher._registered]
+        ended = all(s and s.split()[0] not in _RUNNING_STATES for s in states)
+        if ended or time.monotonic() > deadline:
+            return
+        time.sleep(0.5)

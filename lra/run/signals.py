@@ -19,6 +19,7 @@ the middle of a step, and the work since the last periodic save would be lost.
 """
 
 import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -53,7 +54,13 @@ class Interrupted(Exception):  # noqa: N818 - the word users see
 
 
 def rerun_command() -> str:
-    """The command line this process was started with (rerunning it resumes)."""
+    """The command line this process was started with (rerunning it resumes).
+
+    In a job that submitit started (``python -m submitit.core._submit FOLDER``, on SLURM),
+    the command to rerun is the sweep's, which this process does not know.
+    """
+    if sys.argv and sys.argv[0].endswith("_submit.py") and os.environ.get("SUBMITIT_EXECUTOR"):
+        return "the sweep's lra-train -m command"
     return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
 

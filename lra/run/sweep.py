@@ -15,6 +15,10 @@ into the sweep folder, and records the number of failed jobs, which makes
 A job stopped by a signal saves its checkpoint, writes an ``interrupted`` row and
 ends the whole sweep (the scheduler wants the process gone); rerunning the sweep
 command skips finished runs and resumes the interrupted one.
+
+On SLURM (``hydra/launcher=slurm``) the launching process follows its jobs with
+:func:`lra.run.cluster.follow_slurm_jobs`: one line each time their states change
+(pending, running, requeued, done, failed), and ``squeue`` where ``sacct`` does not work.
 """
 
 import json
@@ -108,12 +112,19 @@ class SweepSummary(Callback):
         return sorted(rows, key=lambda row: row["job"])
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        from lra.run.cluster import follow_slurm_jobs  # imports JAX: only for a sweep
+
+        follow_slurm_jobs(config.hydra)  # SLURM: a quiet job watcher that shows the states
         for stale in Path(config.hydra.sweep.dir).glob(f"*/{STATUS_FILE}"):
             stale.unlink()  # rows of an earlier sweep into the same folder
 
     def on_multirun_end(self, config, **kwargs) -> None:
         global failed_jobs
         sweep_dir = Path(config.hydra.sweep.dir)
+        if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            from lra.run.cluster import show_final_slurm_states
+
+            show_final_slurm_states()
         rows = self._rows(sweep_dir)
         table = summary_table(rows)
         write_atomic(sweep_dir / "summary.md", table)
