@@ -91,7 +91,7 @@ def _train(cfg):
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         schema.validate(cfg)
-    if cfg.trainer.get("remat"):
+    if cfg.trainer.get("remat") not in (None, False, "none"):
         from lra.device import measure
 
         measure.configure_cpu_remat()  # before the backend starts (a single run)
@@ -136,7 +136,7 @@ def bench_line(record: dict) -> str:
 
 def _bench(cfg):
     schema.validate(cfg)
-    if cfg.trainer.get("remat"):
+    if cfg.trainer.get("remat") not in (None, False, "none"):
         from lra.device import measure
 
         measure.configure_cpu_remat()

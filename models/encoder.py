@@ -42,7 +42,46 @@ from flax import nnx
 from lra.models.registry import make_attention
 from lra.models.schedule import describe_layers, resolve_options, resolve_schedule
 
-__all__ = ["MLP", "Block", "Embedder", "Encoder", "padding_mask", "sinusoidal_positions"]
+__all__ = [
+    "MLP",
+    "REMAT_POLICIES",
+    "Block",
+    "Embedder",
+    "Encoder",
+    "padding_mask",
+    "remat_policy",
+    "sinusoidal_positions",
+]
+
+# trainer.remat -> what the backward pass recomputes instead of keeping (jax.checkpoint):
+#   none           nothing: every residual is kept
+#   block          each block's activations; only its input is kept (nnx.remat per block)
+#   attention      the attention sublayer's (scores, softmax, dropout: the [B, H, L, L]
+#                  tensors); the MLP's residuals are kept
+#   dots           each block's elementwise work (norms, softmax, dropout, activations); the
+#                  outputs of its matmuls are kept (jax.checkpoint_policies.dots_saveable)
+#   dots_no_batch  as ``dots``, keeping only matmuls without batch dimensions (the
+#                  projections and MLP; the attention scores Q K^T are recomputed)
+#                  (jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+# ``false``/``true`` are the older spellings of none/block.
+REMAT_POLICIES = {
+    "none": None,
+    "block": jax.checkpoint_policies.nothing_saveable,
+    "attention": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def remat_policy(remat: bool | str) -> str:
+    """The :data:`REMAT_POLICIES` name of a ``trainer.remat`` value (``false``/``true``:
+    none/block)."""
+    if isinstance(remat, bool | np.bool_):
+        return "block" if remat else "none"
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)}; got {remat!r}")
+    return str(remat)
+
 
 # What a call accepts as ``rngs``: an nnx.Rngs (its "dropout" stream, else "default"), a JAX
 # key (wrapped as nnx.Rngs(dropout=key)), or None when deterministic.
@@ -214,10 +253,25 @@ class Block(nnx.Module):
         else:
             self.mlp_norm = self.mlp = self.mlp_dropout = None
 
-    def __call__(self, x, *, mask, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+    def __call__(
+        self,
+        x,
+        *,
+        mask,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+        remat_attention: bool = False,
+    ):
+        """``remat_attention``: recompute the attention sublayer in the backward pass."""
         kw = {"deterministic": deterministic, "rngs": rngs}
+
+        def attend(attention, h, mask, rngs):
+            return attention(h, mask=mask, deterministic=deterministic, rngs=rngs)
+
+        if remat_attention:
+            attend = nnx.remat(attend)
         x = x + self.attention_dropout(
-            self.attention(self.attention_norm(x), mask=mask, **kw), **kw
+            attend(self.attention, self.attention_norm(x), mask, rngs), **kw
         )
         if self.has_mlp:
             x = x + self.mlp_dropout(self.mlp(self.mlp_norm(x), **kw), **kw)
@@ -243,11 +297,11 @@ class Encoder(nnx.Module):
         cls_token: bool,
         attention: str | Sequence[str] | Mapping[str, Any],
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
-        remat: bool = False,
+        remat: bool | str = False,
         rngs: nnx.Rngs,
     ):
-        """``remat=True`` recomputes each block's activations in the backward pass
-        (``nnx.remat`` per block) instead of storing them: less memory, more compute."""
+        """``remat`` (a :data:`REMAT_POLICIES` name; ``True``/``False``: block/none) chooses
+        what the backward pass recomputes instead of storing: less memory, more compute."""
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.schedule = resolve_schedule(attention, num_layers)
@@ -282,7 +336,7 @@ class Encoder(nnx.Module):
             ]
         )
         self.final_norm = nnx.LayerNorm(dim, rngs=rngs)
-        self.remat = bool(remat)
+        self.remat = remat_policy(remat)
 
     def __call__(self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None):
         rngs = call_rngs(deterministic, rngs, "Encoder")
@@ -297,10 +351,16 @@ class Encoder(nnx.Module):
         x, mask = self.embedder(tokens, mask, **kw)
 
         def run_block(block, x, mask, rngs):
-            return block(x, mask=mask, deterministic=deterministic, rngs=rngs)
+            return block(
+                x,
+                mask=mask,
+                deterministic=deterministic,
+                rngs=rngs,
+                remat_attention=self.remat == "attention",
+            )
 
-        if self.remat:
-            run_block = nnx.remat(run_block)
+        if self.remat not in ("none", "attention"):
+            run_block = nnx.remat(run_block, policy=REMAT_POLICIES[self.remat])
         for block in self.blocks:
             x = run_block(block, x, mask, rngs)
         return self.final_norm(x), mask

@@ -141,3 +141,62 @@ def test_the_generator_is_a_setting_of_the_run(listops_tiny_dir, tmp_path):
     assert losses[0] != losses[1]
     with pytest.raises(ConfigError, match="trainer.dropout_rng"):
         train_small(listops_tiny_dir, tmp_path / "bad", "trainer.dropout_rng=philox")
+
+
+def _lowbias32(x: np.ndarray) -> np.ndarray:
+    """Plain numpy lowbias32 (uint32 arithmetic wraps), the reference of hash32."""
+    x = x.astype(np.uint32)
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x7FEB352D)
+    x ^= x >> np.uint32(15)
+    x *= np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def test_a_whole_batch_draw_hashes_the_row_major_index():
+    # bits(i) = h(h(i + k0) ^ k1) for i the row-major index: the masks of every run before
+    # keys carried their rows (issue 29) are unchanged.
+    key = jax.random.fold_in(_key(4), 7)
+    k0, k1, offset, stride = (np.uint32(w) for w in np.asarray(jax.random.key_data(key)))
+    assert (offset, stride) == (0, 1)
+    shape = (6, 5, 3)
+    index = np.arange(np.prod(shape), dtype=np.uint32).reshape(shape)
+    with np.errstate(over="ignore"):
+        expected = _lowbias32(_lowbias32(index + k0) ^ k1)
+    assert np.array_equal(np.asarray(jax.random.bits(key, shape, jnp.uint32)), expected)
+
+
+@pytest.mark.parametrize("stride", [1, 2, 4])
+def test_micro_batch_keys_draw_their_rows_of_the_whole_batch(stride):
+    key = _key(9)
+    shape = (8, 3, 5)
+    whole = np.asarray(jax.random.bernoulli(key, 0.9, shape))
+
+    @jax.jit
+    def micro(offset):  # traced offset, as in the train step's lax.scan
+        child = nnx.Rngs(dropout=dropout_rng.batch_rows(key, offset, stride)).dropout()
+        parent = nnx.Rngs(dropout=key).dropout()
+        rows = (8 // stride, *shape[1:])
+        return jax.random.bernoulli(child, 0.9, rows), jax.random.bernoulli(parent, 0.9, shape)
+
+    for offset in range(stride):
+        rows, full = micro(offset)
+        assert np.array_equal(np.asarray(rows), np.asarray(full)[offset::stride])
+    assert np.array_equal(
+        np.asarray(jax.random.bernoulli(dropout_rng.batch_rows(key, 1, 2), 0.9, (4, 3, 5))),
+        whole[1::2],
+    )
+    # Rows of rows: micro-batch 1 of 2 of micro-batch 1 of 2 is rows 3, 7 of the whole.
+    nested = dropout_rng.batch_rows(dropout_rng.batch_rows(key, 1, 2), 1, 2)
+    assert np.array_equal(np.asarray(jax.random.bernoulli(nested, 0.9, (2, 3, 5))), whole[3::4])
+
+
+def test_only_the_hash_generator_cuts_batches_exactly():
+    assert dropout_rng.cuts_batches_exactly(_key())
+    for name in ("rbg", "threefry"):
+        key = dropout_rng.dropout_key(1, name)
+        assert not dropout_rng.cuts_batches_exactly(key)
+        child = dropout_rng.batch_rows(key, 1, 2)
+        assert np.array_equal(
+            jax.random.key_data(child), jax.random.key_data(jax.random.fold_in(key, 1))
+        )

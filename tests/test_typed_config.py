@@ -88,7 +88,7 @@ def test_every_model_x_task_combination_validates(protocol):
         ["model.attention=[softmax,performer]", "task.arch.num_layers=2"],
         ["task=retrieval_tiny", "+task.source.download=true", "task.source.fixture.seed=3"],
         ["task=text", "task.val_source=test", "task.val_fraction=null"],
-        ["trainer.learning_rate=1", "trainer.num_steps='7'", "trainer.remat=yes"],
+        ["trainer.learning_rate=1", "trainer.num_steps='7'", "trainer.remat=block"],
         ["+model.attention_options.softmax.implementation=fused", "trainer.eval_batches=null"],
         [f"hydra.searchpath=[file://{OUTSIDE}]", "model=my_attention"],
     ],

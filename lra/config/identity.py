@@ -6,8 +6,10 @@ the numbers a run produces: paths (``data_dir``, ``results_dir``), worker counts
 the progress bar and log cadence, checkpoint cadence, the resume and skip-done
 switches, how the run is spread over devices and processes (mesh, distributed,
 remat, the pre-flight memory check: the same computation up to float rounding), the
-compilation cache, and the seed (already in the key). ``trainer.grad_accum`` stays in: with dropout,
-micro-batches draw other masks. Two commands that differ only in
+compilation cache, and the seed (already in the key). ``trainer.grad_accum`` stays in: with the
+``hash`` dropout generator micro-batches draw the whole batch's masks (issue 29), but with
+``rbg``/``threefry`` they draw other ones, and taking it out would move every run's folder. Two
+commands that differ only in
 those keys share one run folder; any other difference gives another folder, so a
 checkpoint can never be resumed under a config it was not made with.
 """

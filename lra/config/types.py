@@ -94,6 +94,8 @@ Beta = Annotated[float, Range(ge=0, lt=1)]  # Adam's moment decay rates
 Schedule = Literal["rsqrt", "cosine", "constant"]  # lra.train.optim
 Precision = Literal["fp32", "bf16"]  # bf16: bf16 compute, fp32 parameters
 DropoutGenerator = Literal["hash", "rbg", "threefry"]  # lra.train.dropout_rng
+# lra.models.encoder.REMAT_POLICIES; false/true: the older spellings of none/block
+RematPolicy = Literal["none", "block", "attention", "dots", "dots_no_batch", False, True]
 Selection = Literal["best_val", "last"]  # which checkpoint is tested
 ResumeMode = Literal["auto", "never", "must"]  # lra.run.folder
 ValSource = Literal["official", "train", "test"]  # lra.data.tasks (per task: a subset)
@@ -140,7 +142,7 @@ class TrainerConfig:
     progress: bool = MISSING
     mesh: MeshConfig = MISSING
     grad_accum: PositiveInt = MISSING
-    remat: bool = MISSING
+    remat: Annotated[Any, RematPolicy] = MISSING
     preflight: bool = MISSING
     memory_limit_gb: PositiveFloat | None = MISSING
     checkpoint_every: NonNegativeInt = MISSING  # 0 = only by time and at the end

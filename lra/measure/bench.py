@@ -142,7 +142,7 @@ def measure_cell(cfg_container: dict, length: int, batch_size: int, options: dic
     Module-level so a spawned process can run it.
     """
     measure.configure_cpu_memory_analysis()
-    if cfg_container["trainer"].get("remat"):
+    if cfg_container["trainer"].get("remat") not in (None, False, "none"):
         measure.configure_cpu_remat()
     out = measure_length(OmegaConf.create(cfg_container), length, batch_size, **options)
     return {**out, **measure.environment()}

@@ -11,6 +11,7 @@
 """
 
 from lra.device import measure
+from lra.models.encoder import remat_policy
 from lra.record import store
 from lra.train.compile import Compiled
 from lra.train.describe import layers_description, softmax_implementations
@@ -43,7 +44,7 @@ def setup_fields(cfg, topology) -> dict:
     return {
         **topology.describe(),
         "grad_accum": int(cfg.trainer.grad_accum),
-        "remat": bool(cfg.trainer.remat),
+        "remat": remat_policy(cfg.trainer.remat),
         "softmax_implementation": softmax_implementations(cfg),
     }
 

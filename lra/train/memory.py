@@ -45,7 +45,7 @@ def preflight(cfg, compiled, topology, compile_error=None) -> None:
     (``compile_error``: compiling them already ran out of device memory)."""
     trainer = cfg.trainer
 
-    def measure_bytes(grad_accum: int, remat: bool) -> int | None:
+    def measure_bytes(grad_accum: int, remat: str) -> int | None:
         try:
             variant = compile_train_variant(
                 cfg, topology, grad_accum=grad_accum, remat=remat, evaluate=True
@@ -63,9 +63,10 @@ def preflight(cfg, compiled, topology, compile_error=None) -> None:
         measure_bytes,
         topology.per_device_batch,
         int(trainer.grad_accum),
-        bool(trainer.remat),
+        trainer.remat,
         step=step,
         compile_error=compile_error,
+        dropout_rng=str(trainer.dropout_rng),
     )
 
 
@@ -75,7 +76,7 @@ def out_of_memory(err: BaseException, compiled) -> OutOfMemory:
     plan = "" if needed is None else f" (the compiled train step needs {needed / 1e9:.1f} GB)"
     return OutOfMemory(
         f"the device ran out of memory{plan}: {compile_error_summary(err)}; lower the "
-        "memory with trainer.grad_accum=2 (or more) or trainer.remat=true, or leave "
+        "memory with trainer.grad_accum=2 (or more), or leave "
         "trainer.preflight=true and trainer.memory_limit_gb=<GB the device has free> to have "
         "the fitting settings found"
     )

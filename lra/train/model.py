@@ -26,7 +26,7 @@ def model_kwargs(cfg) -> dict:
         attention=model["attention"],
         attention_options=model["attention_options"] or {},
         dual=bool(cfg.task.dual),
-        remat=bool(cfg.trainer.remat),
+        remat=cfg.trainer.remat,
     )
 
 

@@ -6,11 +6,14 @@ module compares it with what the device has: ``memory_stats()["bytes_limit"]``
 on GPU and TPU, the available RAM (``MemAvailable``) on CPU, where all host
 devices share the RAM, or ``trainer.memory_limit_gb`` when set. If the step does
 not fit, :func:`check_fits` compiles the settings that trade compute for memory,
-``trainer.grad_accum`` (micro-batches) and ``trainer.remat`` (recomputed
-activations), and names the cheapest ones that fit. It never guesses: every
-suggested override was compiled and measured. A step that cannot even be compiled
-in the device's memory (a GPU's autotuner allocates while compiling) is treated as
-one that does not fit.
+``trainer.grad_accum`` (micro-batches) and ``trainer.remat`` policies (recomputed
+activations), and names the cheapest ones that fit with what each needs
+("trainer.grad_accum=4 (9.9 GB → 3.1 GB)"). It never guesses: every suggested override
+was compiled and measured, and none needs as much as the setting it replaces. A step that
+cannot even be compiled in the device's memory (a GPU's autotuner allocates while
+compiling) is treated as one that does not fit. The candidates compile in this process, so
+on CPU under its XLA scheduler: without remat the default one, under which no remat policy
+saves memory, so none is offered there (results/cpu/memory_settings.md).
 """
 
 import logging
@@ -24,6 +27,17 @@ from lra.errors import LRAError
 
 log = logging.getLogger("lra.train.preflight")
 GB = 1e9
+# The trainer.remat policies the search compiles (lra.models.encoder.REMAT_POLICIES), in the
+# order it names those that fit; "none" for a run whose remat policy costs memory (on CPU
+# at the official settings, every one: results/cpu/memory_settings.md).
+REMAT_CANDIDATES = ("none", "dots_no_batch", "block")
+
+
+def _policy(remat: str | bool) -> str:
+    """A ``trainer.remat`` value as a policy name (``false``/``true``: none/block)."""
+    if isinstance(remat, bool):
+        return "block" if remat else "none"
+    return str(remat)
 
 
 class OutOfMemory(LRAError):
@@ -31,6 +45,9 @@ class OutOfMemory(LRAError):
 
 
 def _gb(num_bytes: float) -> str:
+    """``9.9 GB``, or ``72 MB`` below 1 GB (so a small step's savings stay visible)."""
+    if num_bytes < GB:
+        return f"{num_bytes / 1e6:.0f} MB"
     return f"{num_bytes / GB:.1f} GB"
 
 
@@ -86,31 +103,39 @@ def _smallest_fitting(candidates: list[int], fits: Callable[[int], bool]) -> int
 
 
 def fitting_overrides(
-    measure_bytes: Callable[[int, bool], int | None],
+    measure_bytes: Callable[[int, str], int | None],
     available: int,
     per_device_batch: int,
     grad_accum: int,
-    remat: bool,
+    remat: str | bool,
+    needed: int | None = None,
+    policies: tuple[str, ...] = REMAT_CANDIDATES,
 ) -> list[tuple[str, int]]:
     """Overrides that fit in ``available`` bytes, each with the bytes it was measured at.
 
-    ``measure_bytes(grad_accum, remat)`` compiles the train step with those
-    settings and returns its compiled memory. Tried: the smallest larger
-    ``grad_accum`` that fits (same remat), ``remat=true`` alone, and else the
-    smallest ``grad_accum`` that fits with ``remat=true`` if it is smaller than
-    the one without (remat costs compute; with as many micro-batches it buys nothing).
+    ``measure_bytes(grad_accum, remat)`` compiles the train step with those settings and
+    returns its compiled memory (None: it does not compile in the device's memory).
+    ``needed``: the current settings' bytes, when known; nothing that needs as much or more
+    is offered. Tried: the smallest larger ``grad_accum`` that fits (same remat); each remat
+    policy of ``policies`` alone; and if none fits alone, the smallest ``grad_accum`` that
+    fits with the policy that needed least, if it is smaller than the one without (remat
+    costs compute; with as many micro-batches it buys nothing). A remat policy is offered
+    only as measured: on XLA's CPU, for instance, ``block`` can need more than ``none``
+    (results/cpu/memory_settings.md).
     """
-    measured: dict[tuple[int, bool], int | None] = {}
+    remat = _policy(remat)
+    measured: dict[tuple[int, str], int | None] = {}
 
-    def fits(k: int, r: bool) -> bool:
+    def fits(k: int, r: str) -> bool:
         if (k, r) not in measured:
             measured[k, r] = measure_bytes(k, r)
-        return measured[k, r] is not None and measured[k, r] <= available
+        size = measured[k, r]
+        return size is not None and size <= available and (needed is None or size < needed)
 
-    def words(k: int, r: bool) -> str:
+    def words(k: int, r: str) -> str:
         parts = []
         if r != remat:
-            parts.append("trainer.remat=true")
+            parts.append(f"trainer.remat={r}")
         if k != grad_accum:
             parts.append(f"trainer.grad_accum={k}")
         return " ".join(parts)
@@ -120,14 +145,16 @@ def fitting_overrides(
     plain = _smallest_fitting(accum, lambda k: fits(k, remat))
     if plain is not None:
         found.append((words(plain, remat), measured[plain, remat]))
-    if not remat:
-        if fits(grad_accum, True):
-            found.append((words(grad_accum, True), measured[grad_accum, True]))
-        else:  # remat is worth naming only if it needs fewer micro-batches
-            fewer = [k for k in accum if plain is None or k < plain]
-            k = _smallest_fitting(fewer, lambda k: fits(k, True))
-            if k is not None:
-                found.append((words(k, True), measured[k, True]))
+    others = [p for p in policies if p != remat]
+    alone = [p for p in others if fits(grad_accum, p)]
+    found += [(words(grad_accum, p), measured[grad_accum, p]) for p in alone]
+    known = {p: measured[grad_accum, p] for p in others if measured[grad_accum, p] is not None}
+    if not alone and known:  # the policy that saves most, with fewer micro-batches than plain
+        best = min(known, key=known.get)
+        fewer = [k for k in accum if plain is None or k < plain]
+        k = _smallest_fitting(fewer, lambda k: fits(k, best))
+        if k is not None:
+            found.append((words(k, best), measured[k, best]))
     return found
 
 
@@ -146,13 +173,14 @@ def compile_error_summary(err: BaseException) -> str:
 def check_fits(
     needed: int | None,
     limit_gb,
-    measure_bytes: Callable[[int, bool], int | None],
+    measure_bytes: Callable[[int, str], int | None],
     per_device_batch: int,
     grad_accum: int,
-    remat: bool,
+    remat: str | bool,
     *,
     step: str = "train step",
     compile_error: BaseException | None = None,
+    dropout_rng: str = "hash",
 ) -> None:
     """Raise :class:`OutOfMemory` naming what fits if ``needed`` bytes exceed the device's.
 
@@ -160,7 +188,8 @@ def check_fits(
     needs more). ``compile_error``: compiling the steps itself ran out of device memory
     (``needed`` is then unknown and too much); the search for settings that fit runs as
     when the memory analysis is too large, and ``measure_bytes`` returns None for a setting
-    that fails the same way.
+    that fails the same way. ``dropout_rng``: the run's generator; the advice says when
+    ``grad_accum`` would change its dropout masks (:func:`lra.train.dropout_rng.batch_rows`).
     """
     available, source = device_memory(limit_gb)
     if compile_error is not None:
@@ -189,10 +218,18 @@ def check_fits(
             f"the {step} needs {_gb(needed)} per device (XLA compiled memory analysis) but "
             f"{source} is {_gb(available)}"
         )
-    found = fitting_overrides(measure_bytes, available, per_device_batch, grad_accum, remat)
+    found = fitting_overrides(
+        measure_bytes, available, per_device_batch, grad_accum, remat, needed=needed
+    )
     if found:
-        advice = "; or ".join(f"{words} ({_gb(n)})" for words, n in found)
+        saves = "" if needed is None else f"{_gb(needed)} → "
+        advice = "; or ".join(f"{words} ({saves}{_gb(n)})" for words, n in found)
         advice = f"these overrides fit (compiled and measured): {advice}"
+        if dropout_rng != "hash" and any("grad_accum" in words for words, _ in found):
+            advice += (
+                f" (with trainer.dropout_rng={dropout_rng} micro-batches draw other dropout "
+                "masks than the whole batch; the hash generator draws the same)"
+            )
     else:
         advice = (
             "no grad_accum/remat setting fits (each was compiled); use more devices "

@@ -4,7 +4,9 @@ The train state is plain data, ``TrainState(params, opt_state, step)``; the
 model's structure (an NNX graph definition) stays outside it, so
 ``train_step(state, batch, key) -> (state, metrics)`` is a pure function that
 is jitted once with the state donated (:mod:`lra.train.compile` compiles it ahead
-of time). Dropout keys are ``fold_in(key, step)``, so a run is a function of its seed.
+of time). Dropout keys are ``fold_in(key, step)``, so a run is a function of its seed; a
+micro-batch's key draws its rows of the whole batch's masks
+(:func:`lra.train.dropout_rng.batch_rows`), so ``grad_accum`` changes memory, not masks.
 
 Batches are the dicts of :mod:`lra.data.pipeline`: ``tokens`` and ``lengths``
 are tuples (two entries for the dual-encoder Retrieval task) of ``int32[B, L]`` and
@@ -20,6 +22,7 @@ import optax
 from flax import nnx
 
 from lra.config.schema import check_value
+from lra.train.dropout_rng import batch_rows
 
 PRECISIONS = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -84,8 +87,10 @@ def make_steps(
 
     With ``grad_accum = K > 1`` the train step runs the batch as K micro-batches
     in a ``lax.scan`` and sums their gradients: the update of the whole batch at
-    about 1/K of the activation memory. (Dropout masks are drawn per micro-batch,
-    so with dropout the result differs from K = 1 as another seed would.) The eval
+    about 1/K of the activation memory. Micro-batch k draws rows k, k + K, ... of
+    the whole batch's dropout masks (:func:`lra.train.dropout_rng.batch_rows`), so
+    with the ``hash`` generator the losses are the full batch's up to float rounding
+    (with ``rbg``/``threefry`` the masks differ, as another seed's would). The eval
     step sums its metrics over the same K micro-batches.
     """
     check_value("trainer.precision", precision)
@@ -109,7 +114,7 @@ def make_steps(
 
         def micro_sums(micro):
             index, micro_batch = micro
-            key = jax.random.fold_in(dropout_key, index)
+            key = batch_rows(dropout_key, index, grad_accum)  # rows index + K * b
             return sums_and_grads(params, micro_batch, key)
 
         micro = (jnp.arange(grad_accum), _micro_batches(batch, grad_accum))
