@@ -91,10 +91,9 @@ def _train(cfg):
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         schema.validate(cfg)
-    if cfg.trainer.get("remat") not in (None, False, "none"):
-        from lra.device import measure
+    from lra.device import measure
 
-        measure.configure_cpu_remat()  # before the backend starts (a single run)
+    measure.configure_cpu_remat_for(cfg.trainer.remat)  # before the backend starts (one run)
     from lra.train.loop import train_and_evaluate
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
@@ -136,10 +135,9 @@ def bench_line(record: dict) -> str:
 
 def _bench(cfg):
     schema.validate(cfg)
-    if cfg.trainer.get("remat") not in (None, False, "none"):
-        from lra.device import measure
+    from lra.device import measure
 
-        measure.configure_cpu_remat()
+    measure.configure_cpu_remat_for(cfg.trainer.remat)
     from lra.measure.bench import run_benchmark
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)

@@ -72,7 +72,7 @@ if [[ $train == 1 ]]; then
     trainer.progress=false
 fi
 if [[ $bench == 1 ]]; then
-  # Round-robin over the models (lra/bench.py), so a change of the machine's load falls on
+  # Round-robin over the models (lra/measure/bench.py), so a change of the machine's load falls on
   # every model alike; the tiny run pools two rounds.
   "${bin}lra-bench" "models=[$models]" protocol=transnormer "results_dir=$out/bench" \
     "${bench_args[@]}"

@@ -71,6 +71,14 @@ def configure_cpu_remat() -> bool:
     return True
 
 
+def configure_cpu_remat_for(remat) -> bool:
+    """:func:`configure_cpu_remat` when ``remat`` (a ``trainer.remat`` value) asks for a
+    policy; ``none``, ``false`` or unset change nothing (False)."""
+    if remat in (None, False, "none"):
+        return False
+    return configure_cpu_remat()
+
+
 def compiled_memory_bytes(compiled) -> int | None:
     """Bytes a compiled executable needs per XLA's memory analysis, or None."""
     try:

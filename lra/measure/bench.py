@@ -40,7 +40,7 @@ from lra.train.fields import compiled_fields, memory_fields, run_fields, setup_f
 def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> dict:
     """A full-length batch of random tokens in the shape of ``task_cfg``'s inputs."""
     rng = np.random.default_rng(seed)
-    num_inputs = 2 if task_cfg.get("dual", False) else 1
+    num_inputs = 2 if task_cfg.dual else 1
     tokens = tuple(
         rng.integers(1, task_cfg.vocab_size, size=(batch_size, length)).astype(np.int32)
         for _ in range(num_inputs)
@@ -82,9 +82,8 @@ def measure_length(
     (when ``time_steps``) the median train and eval steps/sec with their windows.
     """
     cfg = OmegaConf.merge(cfg, {"task": {"max_length": int(length)}})
-    cache_dir = configure_compile_cache(cfg.get("compile_cache"))  # before the first compile
-    grad_accum = int(cfg.trainer.get("grad_accum", 1))
-    topology = parallel.make_topology(cfg.trainer.get("mesh"), batch_size, grad_accum)
+    cache_dir = configure_compile_cache(cfg.compile_cache)  # before the first compile
+    topology = parallel.make_topology(cfg.trainer.mesh, batch_size, int(cfg.trainer.grad_accum))
     rows = slice(
         topology.process_index * topology.per_process_batch,
         (topology.process_index + 1) * topology.per_process_batch,
@@ -142,8 +141,7 @@ def measure_cell(cfg_container: dict, length: int, batch_size: int, options: dic
     Module-level so a spawned process can run it.
     """
     measure.configure_cpu_memory_analysis()
-    if cfg_container["trainer"].get("remat") not in (None, False, "none"):
-        measure.configure_cpu_remat()
+    measure.configure_cpu_remat_for(cfg_container["trainer"]["remat"])
     out = measure_length(OmegaConf.create(cfg_container), length, batch_size, **options)
     return {**out, **measure.environment()}
 

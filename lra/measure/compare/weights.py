@@ -29,7 +29,7 @@ def twin_kwargs(cfg) -> dict:
             f"model={cfg.model.name}: the PyTorch twin runs in float32 only; "
             f"got trainer.precision={cfg.trainer.precision}"
         )
-    if int(cfg.trainer.get("grad_accum", 1)) != 1:
+    if int(cfg.trainer.grad_accum) != 1:
         raise SetupError(f"model={cfg.model.name}: the twin has no gradient accumulation")
     kwargs = model_kwargs(cfg)
     schedule = resolve_schedule(kwargs.pop("attention"), int(kwargs["num_layers"]))
