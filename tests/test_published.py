@@ -1,0 +1,162 @@
+"""Published LRA results shipped as data (lra/report/published.py, issue 31).
+
+Checks that every shipped file parses and names its source, the averaging rules on
+hand-computed cases, the alias table against configs/model/*.yaml, and that a malformed file
+names the file and the key. Pure Python and YAML: no JAX.
+"""
+
+from pathlib import Path
+
+import pytest
+
+import lra.configs
+from lra.errors import LRAError
+from lra.report import published as pub
+
+MODEL_NAMES = {p.stem for p in (Path(lra.configs.__file__).parent / "model").glob("*.yaml")}
+DATA = Path(pub.__file__).parent / "published_data"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return pub.load_published()
+
+
+def test_every_shipped_file_parses_and_names_its_source(shipped):
+    files = sorted(DATA.glob("*.yaml"))
+    assert files, "no published data shipped"
+    scores, efficiency = shipped
+    assert scores and efficiency
+    ids = {row.source.id for row in scores} | {row.source.id for row in efficiency}
+    assert ids == {p.stem for p in files}
+    for row in [*scores, *efficiency]:
+        assert row.source.citation.strip() and row.source.read_from.strip()
+        assert row.table.strip() and row.source.table.strip()
+    for row in scores:
+        assert set(row.scores) == set(pub.TASKS)
+        assert row.averaging in pub.AVERAGING_RULES
+        for value in row.scores.values():
+            assert value is None or value == pub.FAIL or 0.0 <= value <= 100.0
+
+
+def test_lra_paper_table1_row_as_published(shipped):
+    scores, efficiency = shipped
+    (row,) = [r for r in scores if r.source.id == "lra_paper" and r.model == "Transformer"]
+    assert row.scores["listops"] == 36.37 and row.scores["pathx"] == pub.FAIL
+    assert row.average == 54.39 and row.averaging == "lra5"
+    (mem,) = [
+        e
+        for e in efficiency
+        if e.source.id == "lra_paper" and e.model == "Transformer" and e.metric == "peak_memory"
+    ]
+    assert mem.table == "Table 2" and sorted(mem.values) == [1024, 2048, 3072, 4096]
+
+
+def test_lra5_average_hand_computed():
+    cells = {"listops": 10.0, "text": 20.0, "retrieval": 30.0, "image": 40.0, "pathfinder": 50.0}
+    assert pub.lra5_average({**cells, "pathx": pub.FAIL}) == pytest.approx(30.0)
+    assert pub.lra5_average({**cells, "pathx": None}) == pytest.approx(30.0)
+    assert pub.lra5_average({**cells, "pathx": 99.0}) == pytest.approx(30.0)
+    assert pub.lra5_average({**cells, "image": pub.FAIL}) is None
+    assert pub.lra5_average({**cells, "text": None}) is None
+
+
+def test_six_average_fail50_hand_computed():
+    cells = {"listops": 10.0, "text": 20.0, "retrieval": 30.0, "image": 40.0, "pathfinder": 50.0}
+    assert pub.six_average_fail50({**cells, "pathx": pub.FAIL}) == pytest.approx(200.0 / 6)
+    assert pub.six_average_fail50({**cells, "pathx": 80.0}) == pytest.approx(230.0 / 6)
+    assert pub.six_average_fail50({**cells, "pathx": None}) is None
+    assert pub.average({**cells, "pathx": pub.FAIL}, "six") is None
+    assert pub.average({**cells, "pathx": 80.0}, "six") == pytest.approx(230.0 / 6)
+    assert pub.average(cells, "none") is None
+    with pytest.raises(ValueError):
+        pub.average(cells, "seven")
+
+
+def test_aliases_name_existing_configs_and_no_label_twice():
+    assert set(pub.ALIASES) <= MODEL_NAMES, set(pub.ALIASES) - MODEL_NAMES
+    labels = [label for labels in pub.ALIASES.values() for label in labels]
+    assert len(labels) == len(set(labels)), "a published label maps to two harness names"
+
+
+def test_published_for_and_unmatched(shipped):
+    scores, _ = shipped
+    rows = pub.published_for("transformer", scores)
+    assert rows and {r.model for r in rows} <= set(pub.ALIASES["transformer"])
+    left = pub.unmatched(scores, MODEL_NAMES)
+    left_labels = {r.model for r in left}
+    assert "Synthesizer" in left_labels  # which variant ran is not printed: never guessed
+    assert "Transformer" not in left_labels
+    assert pub.unmatched(scores, []) == scores
+
+
+def test_rows_whose_average_differs_from_their_cells_say_so(shipped):
+    scores, _ = shipped
+    checked = 0
+    for row in scores:
+        mean = pub.average(row.scores, row.averaging)
+        if mean is None or row.average is None:
+            continue
+        checked += 1
+        if abs(mean - row.average) > 0.06:
+            assert "differs from the mean of its cells" in row.notes, (row.source.id, row.model)
+    assert checked
+
+
+def test_sinkhorn_transcription_inconsistency_is_noted(shipped):
+    scores, _ = shipped
+    (row,) = [r for r in scores if r.source.id == "lra_paper" and r.model == "Sinkhorn Trans."]
+    assert row.average == 51.39
+    assert "51.29" in row.notes and "differs from the mean of its cells" in row.notes
+
+
+GOOD = """\
+source:
+  id: {stem}
+  citation: "Someone, Some paper"
+  table: "Table 1"
+  read_from: "https://example.org/paper"
+averaging: lra5
+scores:
+  - model: A
+    listops: 1.0
+    text: 2.0
+    retrieval: 3.0
+    image: 4.0
+    pathfinder: 5.0
+    pathx: FAIL
+    average: 3.0
+"""
+
+
+def _write(tmp_path, text, stem="bad_source"):
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(text.format(stem=stem))
+    return path
+
+
+def test_a_good_tmp_file_loads(tmp_path):
+    _write(tmp_path, GOOD)
+    scores, efficiency = pub.load_published(tmp_path)
+    assert [r.model for r in scores] == ["A"] and efficiency == []
+    assert scores[0].scores["pathx"] == pub.FAIL and scores[0].notes == ""
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda t: t.replace("    text: 2.0", "    txt: 2.0"), "scores[0].txt"),
+        (lambda t: t.replace('  read_from: "https://example.org/paper"\n', ""), "read_from"),
+        (lambda t: t.replace("    text: 2.0", "    text: 2.0x"), "scores[0].text"),
+        (lambda t: t.replace("pathx: FAIL", "pathx: fail"), "scores[0].pathx"),
+        (lambda t: t + t[t.index("  - model: A") :], "scores[1].model"),
+        (lambda t: t.replace("averaging: lra5", "averaging: lra6"), "averaging"),
+    ],
+    ids=["task", "source", "number", "fail", "duplicate", "averaging"],
+)
+def test_a_malformed_file_names_the_file_and_key(tmp_path, edit, key):
+    path = _write(tmp_path, edit(GOOD))
+    with pytest.raises(pub.PublishedDataError) as err:
+        pub.load_published(tmp_path)
+    assert isinstance(err.value, LRAError)
+    assert str(path) in str(err.value) and key in str(err.value)
