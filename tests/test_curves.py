@@ -196,8 +196,10 @@ def test_curves_one_line_per_setting_and_one_figure_per_protocol(tmp_path):
     assert {p.name for p in paths if p.name.startswith("curves")} == {
         "curves_lra_official.png",
         "curves_lra_official.svg",
+        "curves_lra_official.pdf",
         "curves_transnormer.png",
         "curves_transnormer.svg",
+        "curves_transnormer.pdf",
     }
     trace = json.loads((out / "sources.json").read_text())["curves"]
     assert set(trace) == {"lra_official", "transnormer"}

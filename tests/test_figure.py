@@ -1,7 +1,6 @@
 """Figure 1 (lra.report.figure_data, lra.report.figure) from synthetic records, checked on the
 Figure object."""
 
-import csv
 import statistics
 import xml.etree.ElementTree as ET
 
@@ -180,27 +179,25 @@ def official(tmp_path):
     return official_store(tmp_path)
 
 
-def write_reference(path):
+def published_rows():
+    """Published points as :func:`lra.report.compare.published_points` makes them."""
     rows = [
-        ("transformer", "Transformer", "57.37", "15.34", "1K", "", "paper"),
-        ("flash", "FLASH", "61.31", "20.49", "1K", "", "paper"),
-        ("cosformer", "cosFormer", "62.11", "", "", "", "paper"),
+        ("transformer", "Transformer (paper)", 57.37, 15.34),
+        ("cosformer", "cosFormer (paper)", 62.11, 21.0),
+        ("flash", "FLASH (paper)", 61.31, 20.49),  # not drawn: no measured flash point
     ]
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
-            [
-                "model",
-                "paper_label",
-                "lra_average",
-                "train_steps_per_sec",
-                "speed_length",
-                "peak_memory_mb",
-                "source",
-            ]
-        )
-        writer.writerows(rows)
-    return path
+    return [
+        {
+            "model": m,
+            "label": label,
+            "source": "paper",
+            "citation": "A. Author, A Paper",
+            "lra_average": y,
+            "train_steps_per_sec": x,
+            "speed_length": 1024,
+        }
+        for m, label, y, x in rows
+    ]
 
 
 def collection(fig, gid):
@@ -210,15 +207,15 @@ def collection(fig, gid):
 def test_figure1_one_circle_per_model_missing_listed_and_reference(official, tmp_path):
     _, records = official
     lb, tables = leaderboard(records), efficiency(records)
-    ref = write_reference(tmp_path / "ref.csv")
-    fig1 = figure.figure1(lb, tables, length=2048, reference_csv=ref)
+    fig1 = figure.figure1(lb, tables, length=2048, published=published_rows())
     assert fig1.labels == ["cosformer"]  # the only model with both a score and a speed at 2048
     assert len(collection(fig1.figure, "measured").get_offsets()) == 1
     assert "OOM at length 2048" in fig1.missing["transformer"]
     assert "no LRA average" in fig1.missing["performer"]
     assert "no training records" in fig1.missing["linformer"]
-    assert len(collection(fig1.figure, "reference").get_offsets()) == 2
-    assert "cosFormer" in fig1.caption  # paper row without a speed, named as not drawn
+    # published points only for the models drawn (cosformer), labelled by source
+    assert len(collection(fig1.figure, "published").get_offsets()) == 1
+    assert "Hollow circles" in fig1.caption
     for model in ("transformer", "performer", "linformer"):
         assert model in fig1.caption
     models = next(leg for leg in fig1.figure.findobj(Legend) if leg.get_gid() == "models")
@@ -226,7 +223,7 @@ def test_figure1_one_circle_per_model_missing_listed_and_reference(official, tmp
 
     fig2 = figure.figure1(lb, tables, length=1024)
     assert sorted(fig2.labels) == ["transformer"]
-    assert not [c for c in fig2.figure.axes[0].collections if c.get_gid() == "reference"]
+    assert not [c for c in fig2.figure.axes[0].collections if c.get_gid() == "published"]
     point = fig2.points[0]
     assert (point.x, point.y, point.memory_bytes) == (10.0, pytest.approx(60.0), 100 * MIB)
 
@@ -236,7 +233,7 @@ def test_figure1_one_circle_per_model_missing_listed_and_reference(official, tmp
     assert png in paths and svg in paths
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
     texts = " ".join(el.text or "" for el in ET.parse(svg).getroot().iter())
-    assert "cosformer" in texts and "Transformer" in texts  # measured and paper labels
+    assert "cosformer" in texts and "cosFormer (paper)" in texts  # measured and paper labels
 
 
 def test_figure1_tiny_uses_common_tasks(tmp_path):
@@ -251,7 +248,7 @@ def test_figure1_tiny_uses_common_tasks(tmp_path):
         ],
     )
     lb, tables = leaderboard(records), efficiency(records)
-    fig1 = figure.figure1(lb, tables, length=512, reference_csv=tmp_path / "absent.csv")
+    fig1 = figure.figure1(lb, tables, length=512, published=published_rows())
     ys = {p.model: p.y for p in fig1.points}
     assert ys == {"transformer": pytest.approx(50.0), "performer": pytest.approx(40.0)}
     assert "listops_tiny" in fig1.y_label and "text_tiny" not in fig1.y_label

@@ -18,7 +18,7 @@ from lra.record.store import read_records, write_record
 from lra.report import main as report
 from lra.report.efficiency import efficiency, memory_slope
 from lra.report.leaderboard import leaderboard, leaderboards
-from lra.report.load import OFFICIAL_TASKS, TINY_NOTE, read_reference_csv, results_dirs
+from lra.report.load import OFFICIAL_TASKS, TINY_NOTE, results_dirs
 from lra.report.tables import (
     VAL_TEST_NOTE,
     efficiency_markdown,
@@ -397,14 +397,18 @@ def test_memory_slope_recovers_power_laws(tmp_path):
 def test_run_report_writes_everything_with_sources(official, tmp_path):
     folder, records = official
     out = tmp_path / "report"
-    paths = report.run_report(folder, out, figure_length=2048, reference_csv=None)
+    paths = report.run_report(folder, out, figure_length=2048, show_published=False)
     names = {p.name for p in paths}
     assert names == {
         "leaderboard.md",
         "leaderboard.csv",
+        "leaderboard.tex",
         "efficiency.md",
+        "efficiency.csv",
+        "efficiency.tex",
         "figure1.png",
         "figure1.svg",
+        "figure1.pdf",
         "figure1.md",
         "sources.json",
     }
@@ -427,7 +431,8 @@ def test_results_dir_list_reads_training_and_benchmark_folders(tmp_path):
     runs, _ = store(tmp_path, full_row("transformer", [0.5] * 5), name="runs")
     benches, _ = store(tmp_path, [bench("transformer", 2048, 5.0, 6.0, MIB)], name="bench")
     with pytest.raises(DataError, match="lra-bench -m model=transformer"):
-        report.run_report(runs, tmp_path / "o1", curves=False)  # one folder: no bench records
+        # one folder: no bench records, and the figure is required
+        report.run_report(runs, tmp_path / "o1", curves=False, figure=True)
     assert not (tmp_path / "o1").exists()
     paths = report.run_report([runs, benches], tmp_path / "o2", curves=False)
     assert tmp_path / "o2" / "figure1.png" in paths
@@ -462,7 +467,7 @@ def test_no_benchmark_records_for_the_figure_is_an_error_unless_figure_false(tmp
         ],
     )
     with pytest.raises(DataError) as err:
-        report.run_report(folder, tmp_path / "out", curves=False)
+        report.run_report(folder, tmp_path / "out", curves=False, figure=True)
     message = str(err.value)
     assert "lra-bench -m model=performer,transformer lengths=[2048] protocol=transnormer" in message
     assert "1024" in message and "figure=false" in message
@@ -471,7 +476,10 @@ def test_no_benchmark_records_for_the_figure_is_an_error_unless_figure_false(tmp
     assert {p.name for p in paths} == {
         "leaderboard.md",
         "leaderboard.csv",
+        "leaderboard.tex",
         "efficiency.md",
+        "efficiency.csv",
+        "efficiency.tex",
         "sources.json",
     }
     assert "figure1" not in json.loads((tmp_path / "out" / "sources.json").read_text())
@@ -531,7 +539,10 @@ def test_settings_protocol_and_date_filters(tmp_path):
 
 
 def test_reference_csvs_name_a_source_for_every_row():
-    rows = read_reference_csv(REPO / "results/reference/figure1_paper.csv")
+    # results/reference/*.csv are no longer read by lra-report (the published numbers are in
+    # lra/report/published_data); while the files stay, every row still names its source.
+    with open(REPO / "results/reference/figure1_paper.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
     assert len(rows) == 11 and all(r["source"] for r in rows)
     drawn = [r["model"] for r in rows if r["lra_average"] and r["train_steps_per_sec"]]
     assert drawn == ["transformer", "flash", "transnormer_t2"]
@@ -548,7 +559,7 @@ def test_report_config_lives_beside_lra_trains():
     assert report.CONFIG_DIR == CONFIG_DIR and (Path(CONFIG_DIR) / "report.yaml").is_file()
     cfg = OmegaConf.load(Path(CONFIG_DIR) / "report.yaml")
     assert list(cfg.results_dir) == ["results/runs", "results/bench"]
-    assert cfg.figure is True
+    assert cfg.figure == "auto" and cfg.show_published is True and "reference_csv" not in cfg
     for key in ("models", "settings", "protocols", "since", "until"):
         assert key in cfg and cfg[key] is None
 
@@ -557,8 +568,8 @@ def test_report_config_lives_beside_lra_trains():
 CHAIN = [
     ["load"],
     ["leaderboard", "efficiency"],
-    ["figure_data"],
-    ["tables", "figure"],
+    ["figure_data", "compare", "table2"],
+    ["tables", "figure", "latex"],
     ["curves"],
     ["main"],
 ]

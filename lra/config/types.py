@@ -106,6 +106,8 @@ CpuCollectives = Literal["gloo", "mpi"]
 Split = Literal["train", "val", "test"]
 SmokeBudget = Literal["smoke", "default"]  # lra.measure.smoke
 ReportTasks = Literal["auto", "official", "tiny"]
+ReportFigure = Literal["auto", True, False]  # lra.report.main: auto = when it can
+SoftmaxPath = Literal["plain", "chunked", "fused"]  # models/attention/softmax.py, forced paths
 
 
 # --- the groups ----------------------------------------------------------------------------
@@ -300,6 +302,9 @@ class BenchSettings:
     windows: PositiveInt = MISSING
     steps_per_window: PositiveInt = MISSING
     isolate: bool = MISSING
+    # each model with softmax layers also measured with these implementations forced
+    # (lra.measure.bench.with_softmax_paths); null = only as configured
+    softmax_paths: list[Annotated[str, SoftmaxPath]] | None = MISSING
 
 
 @dataclass
@@ -358,10 +363,9 @@ class ReportConfig:
     protocols: Any = MISSING  # a name or a list of names
     since: str | None = MISSING
     until: str | None = MISSING
-    figure: bool = MISSING
+    figure: Annotated[Any, ReportFigure] = MISSING
     figure_length: PositiveInt = MISSING
-    reference_csv: str | None = MISSING
-    show_reference: bool = MISSING
+    show_published: bool = MISSING  # published points (hollow) in Figure 1, lra.report.compare
     curves: bool = MISSING
 
 

@@ -176,6 +176,45 @@ def model_configs(cfg, overrides: list[str] | None = None) -> list:
     return [compose_config("bench", [*kept, f"model={name}"]) for name in names]
 
 
+IMPLEMENTATION_KEY = "model.attention_options.softmax.implementation"
+
+
+def with_softmax_paths(
+    cfg, configs: list, names: list, overrides: list[str] | None = None
+) -> tuple[list, list]:
+    """``configs`` and ``names`` plus, per config whose model has softmax layers, one config
+    per implementation of ``cfg.bench.softmax_paths`` (the command's overrides kept, the
+    implementation forced with ``++model.attention_options.softmax.implementation=...``), so
+    one sweep measures the Transformer on both paths (issue 31, part 4). A forced path that is
+    the config's own is not added twice."""
+    from lra.train.describe import softmax_implementations
+
+    paths = list(cfg.bench.get("softmax_paths") or [])
+    if not paths:
+        return configs, names
+    if overrides is None:
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    out_configs, out_names = list(configs), list(names)
+    for config, name in zip(configs, names, strict=True):
+        if softmax_implementations(config) is None:
+            continue  # no softmax layer: nothing to force
+        own = ((config.model.get("attention_options") or {}).get("softmax") or {}).get(
+            "implementation", "auto"
+        )
+        kept = [o for o in overrides if o.split("=")[0].lstrip("+~") not in ("models",)]
+        if name is not None:
+            kept = [o for o in kept if o.split("=")[0].lstrip("+~") != "model"]
+            kept.append(f"model={name}")
+        kept = [o for o in kept if o.split("=")[0].lstrip("+~") != IMPLEMENTATION_KEY]
+        for path in paths:
+            if path == own:
+                continue
+            forced = compose_config("bench", [*kept, f"++{IMPLEMENTATION_KEY}={path}"])
+            out_configs.append(forced)
+            out_names.append(name)
+    return out_configs, out_names
+
+
 def _merge_rounds(outs: list[dict]) -> dict:
     """One cell's measurements over several rounds: static figures from the first round,
     every round's windows (with their loads) pooled for the speed figures."""
@@ -233,6 +272,7 @@ def run_benchmark(cfg, *, on_record=None, overrides: list[str] | None = None) ->
     code_version = store.code_version()
     configs = model_configs(cfg, overrides)
     names = list(cfg.get("models") or [None])
+    configs, names = with_softmax_paths(cfg, configs, names, overrides)
     settings = [  # one reference compose per model, not one per record
         _describe(OmegaConf.to_container(c, resolve=True), name)
         for c, name in zip(configs, names, strict=True)

@@ -6,6 +6,15 @@ Transformer at the same length. One table per setting: task, batch size, precisi
 device, platform and protocol (the models' options differ between protocols), so a table
 compares only measurements made alike. Within a table the newest record per model and
 length counts. :func:`memory_slope` is the log-log slope of peak memory against length.
+
+Softmax paths (issue 31, part 4): a benchmark record names how its softmax layers ran
+(``softmax_implementation``: ``plain``, ``chunked``, ``fused`` or ``cudnn``; None for a model
+without softmax layers). A model with softmax layers gets one row per requested
+implementation (``model.attention_options.softmax.implementation``, default ``auto``),
+labelled with the path that ran, e.g. ``transformer (plain)`` and ``transformer (chunked)``,
+so a circle or a row never hides which path was measured. The rows' baseline for relative
+values is the Transformer on the plain path when it was measured (the LRA paper's
+Transformer computes the full L x L matrix), else the Transformer's only row.
 """
 
 from dataclasses import dataclass
@@ -15,6 +24,45 @@ import numpy as np
 from lra.report.load import BASELINE, bench_records, newest_by
 
 SETTING_KEYS = ("task", "batch_size", "precision", "device", "platform", "protocol")
+IMPLEMENTATION_KEY = "model.attention_options.softmax.implementation"
+
+
+def softmax_path(record: dict) -> str | None:
+    """The path the record's softmax layers ran in training (None: no softmax layer)."""
+    paths = record.get("softmax_implementation")
+    if isinstance(paths, dict):
+        return paths.get("train") or paths.get("eval")
+    return paths if isinstance(paths, str) else None
+
+
+def requested_implementation(record: dict) -> str:
+    """The softmax implementation the record's config asked for (``auto`` unless overridden)."""
+    overrides = record.get("overrides") or {}
+    if overrides.get(IMPLEMENTATION_KEY):
+        return str(overrides[IMPLEMENTATION_KEY])
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    options = ((config.get("model") or {}).get("attention_options") or {}).get("softmax") or {}
+    return str(options.get("implementation") or "auto")
+
+
+def row_labels(records) -> dict[int, str]:
+    """``{id(record): row label}``: the model name, with the softmax path(s) that ran in
+    parentheses for a model with softmax layers (see the module docstring)."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r["model"], requested_implementation(r)), []).append(r)
+    labels, used = {}, {}
+    for (model, requested), recs in sorted(groups.items(), key=lambda kv: kv[0][1] == "auto"):
+        paths = sorted({p for p in map(softmax_path, recs) if p})
+        if not paths:
+            label = model
+        else:
+            label = f"{model} ({'/'.join(paths)})"
+            if label in used.values():  # auto took the same path as a forced run
+                label = f"{model} ({requested}: {'/'.join(paths)})"
+        used[(model, requested)] = label
+        labels.update({id(r): label for r in recs})
+    return labels
 
 
 def memory_slope(lengths, memories) -> float | None:
@@ -32,9 +80,22 @@ class EfficiencyTable:
 
     setting: dict
     lengths: list[int]
-    models: list[str]
+    models: list[str]  # row labels (the model name, plus its softmax path for softmax models)
     cells: dict[tuple[str, int], dict]
     superseded: dict[tuple[str, int], list[dict]]
+    baseline: str = BASELINE  # the row relative values are relative to
+
+    def model_of(self, label: str) -> str:
+        """The model name of a row."""
+        return next((c["model"] for (m, _), c in self.cells.items() if m == label), label)
+
+    def rows_of(self, model: str) -> list[str]:
+        """The row labels of ``model`` (several for a model on several softmax paths)."""
+        return [m for m in self.models if self.model_of(m) == model]
+
+    def path(self, label: str, length: int) -> str | None:
+        cell = self.cells.get((label, length))
+        return None if cell is None else softmax_path(cell)
 
     def value(self, model: str, length: int, key: str) -> float | None:
         cell = self.cells.get((model, length))
@@ -55,7 +116,7 @@ class EfficiencyTable:
 
     def relative(self, model: str, length: int, key: str) -> float | None:
         """``key`` of ``model`` over the Transformer's at ``length``; None if either is missing."""
-        mine, base = self.value(model, length, key), self.value(BASELINE, length, key)
+        mine, base = self.value(model, length, key), self.value(self.baseline, length, key)
         return None if mine is None or not base else mine / base
 
     def slope(self, model: str) -> float | None:
@@ -76,16 +137,26 @@ def efficiency(records) -> list[EfficiencyTable]:
         by_setting.setdefault(tuple(r.get(k) for k in SETTING_KEYS), []).append(r)
     tables = []
     for key, recs in by_setting.items():
-        kept, older = newest_by(recs, lambda r: (r["model"], int(r["length"])))
-        models = sorted({m for m, _ in kept}, key=lambda m: (m != BASELINE, m))
-        tables.append(
-            EfficiencyTable(
-                setting=dict(zip(SETTING_KEYS, key, strict=True)),
-                lengths=sorted({n for _, n in kept}),
-                models=models,
-                cells=kept,
-                superseded=older,
-            )
+        labels = row_labels(recs)
+        kept, older = newest_by(recs, lambda r, lab=labels: (lab[id(r)], int(r["length"])))
+        models = sorted({m for m, _ in kept}, key=lambda m: (not m.startswith(BASELINE), m))
+        table = EfficiencyTable(
+            setting=dict(zip(SETTING_KEYS, key, strict=True)),
+            lengths=sorted({n for _, n in kept}),
+            models=models,
+            cells=kept,
+            superseded=older,
         )
+        table.baseline = baseline_row(table)
+        table.models.sort(key=lambda m: (m != table.baseline, table.model_of(m) != BASELINE, m))
+        tables.append(table)
     tables.sort(key=lambda t: (-len(t.cells), str(t.setting)))
     return tables
+
+
+def baseline_row(table: EfficiencyTable) -> str:
+    """The Transformer row of ``table``: on the plain path when measured, else its first row."""
+    rows = table.rows_of(BASELINE)
+    plain = [m for m in rows if {table.path(m, n) for n in table.lengths} - {None} == {"plain"}]
+    plain.sort(key=lambda m: "(auto: " in m)  # a forced plain run before auto's plain choice
+    return (plain or rows or [BASELINE])[0]

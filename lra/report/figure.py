@@ -5,7 +5,7 @@ memory. What the figure shows is on it:
 
 * error bars: y = sample standard deviation over seeds of the per-seed score, x = min-max
   of the speed over the benchmark's timed windows;
-* a legend with one entry per model (and one for the paper's values when drawn), and a
+* a legend with one entry per model (and one for the published points when drawn), and a
   second legend of three reference circles with their memory, so sizes can be read;
 * point labels placed beside their circles where they overlap no other label (checked
   with the renderer's text extents); a label that finds no free place is left out, the
@@ -189,6 +189,8 @@ def _model_legend(ax, points, colors, data) -> Legend:
         labels.append(
             f"{REFERENCE_LEGEND};\ntheir speed at length {', '.join(lengths)}"
             + ("" if same else f", not {data.length}")
+            + "\n"
+            + "\n".join(sorted({f"{r['source']}: {r['citation']}" for r in data.reference}))
         )
     legend = ax.legend(
         handles,
@@ -402,7 +404,7 @@ def draw_figure1(data: Figure1Data) -> Figure1:
             linestyle="--",
             zorder=2,
         )
-        ref.set_gid("reference")
+        ref.set_gid("published")
     ax.margins(0.15)
     ax.set_xlabel(f"Training speed (steps per sec) at length {data.length}, {data.device}")
     ax.set_ylabel(textwrap.fill(data.y_label, 60))
@@ -440,7 +442,7 @@ def draw_figure1(data: Figure1Data) -> Figure1:
     ]
     items += [
         (
-            r.get("paper_label") or r["model"],
+            r["label"],
             (r["train_steps_per_sec"], r["lra_average"]),
             math.sqrt(120.0) / 2,
             {"color": "0.4", "style": "italic"},
@@ -456,21 +458,29 @@ def figure1(
     tables,
     *,
     length: int = DEFAULT_LENGTH,
-    reference_csv: str | Path | None = None,
+    published: list[dict] | None = None,
 ) -> Figure1:
     """Build and draw Figure 1 from leaderboard(s) and efficiency tables."""
-    return draw_figure1(figure1_data(boards, tables, length=length, reference_csv=reference_csv))
+    return draw_figure1(figure1_data(boards, tables, length=length, published=published))
 
 
 # ---------------------------------------------------------------- files
 
 
+FORMATS = (
+    ("png", {"Software": None}),
+    ("svg", {"Date": None}),
+    ("pdf", {"CreationDate": None, "Producer": None, "Creator": None}),
+)
+
+
 def save_figure(figure, out_dir, stem: str) -> list[Path]:
-    """Write ``<stem>.png`` and ``<stem>.svg`` atomically, text kept as text, reproducibly
-    (no date or software stamp, a fixed SVG id salt)."""
+    """Write ``<stem>.png``, ``<stem>.svg`` and ``<stem>.pdf`` (vector, fonts embedded as
+    TrueType) atomically, SVG text kept as text, reproducibly (no date or software stamp, a
+    fixed SVG id salt)."""
     written = []
-    rc = {"svg.fonttype": "none", "svg.hashsalt": f"lra-{stem}"}
-    for fmt, meta in (("png", {"Software": None}), ("svg", {"Date": None})):
+    rc = {"svg.fonttype": "none", "svg.hashsalt": f"lra-{stem}", "pdf.fonttype": 42}
+    for fmt, meta in FORMATS:
         buf = io.BytesIO()
         with matplotlib.rc_context(rc):
             figure.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
@@ -479,7 +489,8 @@ def save_figure(figure, out_dir, stem: str) -> list[Path]:
 
 
 def write_figure1(fig1: Figure1, out_dir) -> list[Path]:
-    """Write ``figure1.png``, ``figure1.svg`` (text kept as text) and ``figure1.md``."""
+    """Write ``figure1.png``, ``figure1.svg`` (text kept as text), ``figure1.pdf`` and
+    ``figure1.md``."""
     out = Path(out_dir)
     written = save_figure(fig1.figure, out, "figure1")
     data = fig1.data
@@ -501,6 +512,19 @@ def write_figure1(fig1: Figure1, out_dir) -> list[Path]:
             f"| {p.label} | {p.x:.2f} ({p.x_low:.2f}-{p.x_high:.2f}) | {p.y:.2f}{std} "
             f"(n={p.n_seeds}) | {mem} |"
         )
+    if data.reference:
+        lines += [
+            "",
+            "Published points (hollow): published LRA average and training steps/sec.",
+            "",
+            "| Point | source | steps/sec (length) | LRA average | hardware |",
+            "|---|---|---|---|---|",
+        ]
+        for r in data.reference:
+            lines.append(
+                f"| {r['label']} | {r['citation']} | {r['train_steps_per_sec']:.2f} "
+                f"({r.get('speed_length')}) | {r['lra_average']:.2f} | {r.get('hardware', '')} |"
+            )
     lines += ["", f"y: {data.y_label}. Records behind every point: sources.json.", ""]
     written.append(write_atomic(out / "figure1.md", "\n".join(lines)))
     return written

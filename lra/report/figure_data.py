@@ -18,6 +18,11 @@ at length 2048 (REFERENCE.md sec. 6), so :data:`DEFAULT_LENGTH` is 2048.
   benchmark setting (task, batch, precision, device, protocol) of the figure's protocol
   with the most models measured there; its error = min-max over the timed windows.
 * circle area = peak memory of that benchmark record.
+* a model benchmarked on several softmax paths (plain, chunked, cuDNN) is one point per path,
+  labelled with it (``transformer (plain)``, ``transformer (chunked)``), same y.
+* published points (``published``, from :func:`lra.report.compare.published_points`): for
+  the models drawn, the published LRA average against the published training steps/sec,
+  hollow and labelled by source; never for tiny tasks.
 
 Models lacking a score or a speed are listed as missing, never plotted at 0. No benchmark
 record at ``length`` is an error naming the ``lra-bench`` command that makes them.
@@ -25,7 +30,6 @@ record at ``length`` is an error naming the ``lra-bench`` command that makes the
 
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lra.errors import ConfigError, DataError
 from lra.report.efficiency import EfficiencyTable
@@ -34,13 +38,12 @@ from lra.report.load import (
     TINY_NOTE,
     UNSPECIFIED,
     protocol_order,
-    read_reference_csv,
     record_name,
 )
 
 DEFAULT_LENGTH = 2048
 FIGURE_PROTOCOL = "transnormer"
-REFERENCE_LEGEND = "reported in TransNormer (Qin et al. 2022)"
+REFERENCE_LEGEND = "published (hollow, labelled by source)"
 
 
 @dataclass
@@ -103,8 +106,9 @@ class Figure1Data:
                 for p in self.points
             },
             "missing": self.missing,
-            "reference": [
-                {"model": r["model"], "source": r.get("source", "")} for r in self.reference
+            "published": [
+                {k: r.get(k) for k in ("model", "label", "source", "citation", "speed_length")}
+                for r in self.reference
             ],
         }
 
@@ -223,26 +227,23 @@ def _scores(board: Leaderboard, rows: dict[str, Row]):
     return scores, missing, label, list(board.tasks)
 
 
-def _reference(reference_csv, tiny: bool) -> tuple[list[dict], list[str]]:
-    if reference_csv is None:
+def _published(published, tiny: bool, models) -> tuple[list[dict], list[str]]:
+    """The published points of the models drawn (:func:`lra.report.compare.published_points`)."""
+    if not published:
         return [], []
     if tiny:
-        return [], ["Paper values not drawn: tiny-task accuracies are not LRA scores."]
-    if not Path(reference_csv).is_file():
-        return [], [f"Reference CSV {reference_csv} not found; paper values not drawn."]
-    rows = read_reference_csv(reference_csv)
+        return [], ["Published points not drawn: tiny-task accuracies are not LRA scores."]
+    drawn = [p for p in published if p["model"] in models]
+    if not drawn:
+        return [], []
+    lengths = sorted({str(p.get("speed_length") or "?") for p in drawn})
+    hardware = sorted({str(p.get("hardware")) for p in drawn if p.get("hardware")})
     notes = [
-        f"Hollow circles: values reported in TransNormer ({reference_csv}), drawn at a "
-        "fixed size (their memory is not stated in the text)."
+        "Hollow circles: published LRA average against published training steps/sec of the "
+        "models drawn, labelled by source (published speed at length "
+        f"{', '.join(lengths)}, on {'; '.join(hardware) or 'the source hardware'}; drawn at "
+        "a fixed size, memory not shown)."
     ]
-    drawn = [r for r in rows if r["lra_average"] and r["train_steps_per_sec"]]
-    left = [r.get("paper_label") or r["model"] for r in rows if r not in drawn]
-    if left:
-        notes.append(
-            "Paper values without both an LRA score and a speed in the text, not drawn: "
-            + ", ".join(left)
-            + "."
-        )
     return drawn, notes
 
 
@@ -251,7 +252,7 @@ def figure1_data(
     tables: list[EfficiencyTable],
     *,
     length: int = DEFAULT_LENGTH,
-    reference_csv: str | Path | None = None,
+    published: list[dict] | None = None,
 ) -> Figure1Data:
     """The points, the missing models and the notes of Figure 1 (see the module docstring)."""
     length = int(length)
@@ -260,46 +261,55 @@ def figure1_data(
     table, notes = bench_table(
         tables, length, board.protocol, sorted({r.model for r in board.rows})
     )
+
     # The score of the models that have a speed to be drawn at (the tiny set's common tasks
     # are those every drawable model has).
-    fast = {m: r for m, r in rows.items() if table.value(m, length, "train_steps_per_sec")}
+    def speed(label):
+        return table.value(label, length, "train_steps_per_sec")
+
+    fast = {m: r for m, r in rows.items() if any(speed(b) for b in table.rows_of(m) or [m])}
     scores, lacking, y_label, y_tasks = _scores(board, fast)
     missing.update(lacking)
     points = []
-    for model in sorted(set(rows) | set(missing) | set(table.models)):
+    benched = {table.model_of(b) for b in table.models}
+    for model in sorted(set(rows) | set(missing) | benched):
         if model not in rows and model not in missing:
             missing[model] = "no training records"
-        status = table.status(model, length)
-        speed = table.value(model, length, "train_steps_per_sec")
-        if status is not None and status != "ok":
-            why = f"{status.upper()} at length {length}"
-        elif speed is None:
-            why = f"no benchmark speed at length {length}"
-        else:
-            why = None
-        if why:
-            missing[model] = f"{missing[model]}; {why}" if model in missing else why
-            continue
-        if model in missing:
-            continue
-        windows = table.windows(model, length) or [speed]
-        y, y_std, n_seeds, y_records = scores[model]
-        points.append(
-            Point(
-                model=model,
-                label=rows[model].label,
-                x=float(speed),
-                x_low=min(min(windows), speed),
-                x_high=max(max(windows), speed),
-                y=y,
-                y_std=y_std,
-                n_seeds=n_seeds,
-                memory_bytes=table.value(model, length, "peak_memory_bytes"),
-                x_record=table.cells[(model, length)],
-                y_records=y_records,
-                windows=len(table.windows(model, length)),
+        # one point per softmax path the model was benchmarked on (lra.report.efficiency)
+        for bench_row in table.rows_of(model) or [model]:
+            key = model if bench_row == model else bench_row
+            status = table.status(bench_row, length)
+            x = speed(bench_row)
+            if status is not None and status != "ok":
+                why = f"{status.upper()} at length {length}"
+            elif x is None:
+                why = f"no benchmark speed at length {length}"
+            else:
+                why = None
+            if why:
+                missing[key] = f"{missing[key]}; {why}" if key in missing else why
+                continue
+            if model in missing:
+                continue
+            windows = table.windows(bench_row, length) or [x]
+            y, y_std, n_seeds, y_records = scores[model]
+            path = bench_row[len(model) :] if bench_row.startswith(model) else ""
+            points.append(
+                Point(
+                    model=model,
+                    label=rows[model].label + path,
+                    x=float(x),
+                    x_low=min(min(windows), x),
+                    x_high=max(max(windows), x),
+                    y=y,
+                    y_std=y_std,
+                    n_seeds=n_seeds,
+                    memory_bytes=table.value(bench_row, length, "peak_memory_bytes"),
+                    x_record=table.cells[(bench_row, length)],
+                    y_records=y_records,
+                    windows=len(table.windows(bench_row, length)),
+                )
             )
-        )
     if not points:
         raise DataError(
             "Figure 1 has no point to draw (protocol "
@@ -309,7 +319,7 @@ def figure1_data(
             + ("_tiny" if board.tiny else "")
             + "), benchmark the missing models with lra-bench, or set figure=false."
         )
-    reference, ref_notes = _reference(reference_csv, board.tiny)
+    reference, ref_notes = _published(published, board.tiny, {p.model for p in points})
     return Figure1Data(
         protocol=board.protocol,
         task_set=board.task_set,

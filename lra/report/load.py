@@ -23,7 +23,6 @@ Training records (``kind="train"``) name the setting they were run with:
 :func:`normalise` fills these in on a copy; every later step reads them from there.
 """
 
-import csv
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -187,20 +186,6 @@ def load_records(results_dir) -> list[dict]:
                 seen.add(key)
                 records.append(record)
     return records
-
-
-def read_reference_csv(path: str | Path) -> list[dict]:
-    """Rows of the reference CSV with ``lra_average``/``train_steps_per_sec``/... as floats."""
-    rows = []
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            for key in ("lra_average", "train_steps_per_sec", "peak_memory_mb"):
-                try:
-                    row[key] = float(row.get(key) or "")
-                except ValueError:
-                    row[key] = None
-            rows.append(row)
-    return rows
 
 
 # ---------------------------------------------------------------- filters

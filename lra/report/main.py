@@ -8,13 +8,20 @@ records, written into one folder. This module only orchestrates; the work runs o
 * aggregate, pure data: :mod:`lra.report.leaderboard` (one table per protocol, one row per
   setting, the parameter budget), :mod:`lra.report.efficiency` (benchmark tables),
   :mod:`lra.report.figure_data` (Figure 1's points);
-* render: :mod:`lra.report.tables` (``leaderboard.{md,csv}``, ``efficiency.md``,
-  ``sources.json``), :mod:`lra.report.figure` (``figure1.{png,svg,md}``), :mod:`lra.report.curves`
-  (``curves.{png,svg}``).
+* compare, pure data: :mod:`lra.report.compare` (the published numbers beside the
+  leaderboard, :mod:`lra.report.published`'s data), :mod:`lra.report.table2` (the LRA
+  paper's Table 2 form);
+* render: :mod:`lra.report.tables` (``leaderboard.{md,csv}``, ``efficiency.{md,csv}``,
+  ``sources.json``), :mod:`lra.report.latex` (``leaderboard.tex``, ``efficiency.tex``),
+  :mod:`lra.report.figure` (``figure1.{png,svg,pdf,md}``), :mod:`lra.report.curves`
+  (``curves.{png,svg,pdf}``).
 
-Everything that can fail (no training records, no benchmark record for Figure 1's x axis,
-a filter that keeps nothing) fails before any file is written, with an error that names
-the folder and the command that makes the missing records.
+What cannot be reported at all (no training records, a filter that keeps nothing) fails
+before any file is written, with an error that names the folder and the command that makes
+the missing records. Figure 1 (``figure``): ``auto`` (the default) draws it when benchmark
+records allow, and otherwise writes everything else and prints what the figure lacks and
+the ``lra-bench`` command that makes it; ``true`` makes that an error (exit status 2,
+nothing written); ``false`` never draws it.
 
 A report covers either the official tasks or their tiny CPU variants
 (``tasks="official"|"tiny"``; ``"auto"`` picks official when training records on official
@@ -27,10 +34,13 @@ from pathlib import Path
 
 from lra.atomic import write_atomic
 from lra.config.compose import CONFIG_DIR
+from lra.errors import ConfigError, DataError
+from lra.report.compare import compare, published_points
 from lra.report.curves import learning_curves, write_curves
 from lra.report.efficiency import efficiency
 from lra.report.figure import draw_figure1, write_figure1
 from lra.report.figure_data import DEFAULT_LENGTH, figure1_data
+from lra.report.latex import efficiency_latex, leaderboard_latex
 from lra.report.leaderboard import leaderboards
 from lra.report.load import (
     common_root,
@@ -41,10 +51,28 @@ from lra.report.load import (
     resolve_task_set,
     results_dirs,
 )
-from lra.report.tables import efficiency_markdown, leaderboard_csv, leaderboard_markdown, sources
+from lra.report.published import load_published
+from lra.report.table2 import table2
+from lra.report.tables import (
+    efficiency_csv,
+    efficiency_markdown,
+    leaderboard_csv,
+    leaderboard_markdown,
+    sources,
+)
 from lra.run.exit_status import report_errors
 
 __all__ = ["CONFIG_DIR", "report_main", "run_report"]
+FIGURE_CHOICES = ("auto", True, False)
+
+
+def figure_choice(value) -> str | bool:
+    """``figure`` as ``"auto"``, True (required) or False (never); strings as Hydra gives them."""
+    text = str(value).strip().lower()
+    choice = {"auto": "auto", "true": True, "false": False}.get(text)
+    if choice is None:
+        raise ConfigError(f"figure={value!r}: one of auto, true (required), false (never)")
+    return choice
 
 
 def run_report(
@@ -52,8 +80,7 @@ def run_report(
     out_dir="results",
     tasks: str = "auto",
     figure_length: int = DEFAULT_LENGTH,
-    reference_csv=None,
-    show_reference: bool = True,
+    show_published: bool = True,
     models=None,
     curves: bool = True,
     *,
@@ -61,17 +88,22 @@ def run_report(
     protocol=None,
     since=None,
     until=None,
-    figure: bool = True,
+    figure: str | bool = "auto",
+    published_dir=None,
 ) -> list[Path]:
     """Read ``results_dir`` and write every report file into ``out_dir``; return their paths.
 
     ``results_dir``: a folder or a list of folders (None: ``results/runs`` and
     ``results/bench``). Filters (None keeps all): ``models`` (model names), ``settings``
     (setting hashes or variant names), ``protocol`` (a name or a list), ``since``/``until``
-    (ISO dates, inclusive, against ``started_at``). ``figure`` draws Figure 1 (then
-    benchmark records at ``figure_length`` are required); ``curves`` draws the learning
-    curves, printing a note per record skipped.
+    (ISO dates, inclusive, against ``started_at``). ``figure``: ``"auto"`` draws Figure 1
+    when the records allow it and otherwise prints what it lacks and the ``lra-bench``
+    command that makes it; True requires it (an error, nothing written, when it cannot be
+    drawn); False never draws it. ``curves`` draws the learning curves, printing a note per
+    record skipped. ``published_dir``: the folder of published-results YAML files (None: the
+    package's, :mod:`lra.report.published`); ``show_published`` draws their points in Figure 1.
     """
+    figure = figure_choice(figure)
     folders = results_dirs(results_dir)
     records = filter_records(
         load_records(folders),
@@ -86,23 +118,43 @@ def run_report(
     require_train_records(records, folders, task_set)
     boards = leaderboards(records, task_set)
     tables = efficiency(records)
-    fig = None
-    if figure:
-        reference = reference_csv if show_reference else None
-        data = figure1_data(boards, tables, length=figure_length, reference_csv=reference)
-        fig = draw_figure1(data)
+    scores, published_efficiency = load_published(published_dir)
+    comparisons = [compare(lb, scores) for lb in boards]
+    table2s = table2(tables, published_efficiency)
+    fig, lacking = None, None
+    if figure is not False:
+        present = {r.model for lb in boards for r in lb.rows}
+        points = (
+            published_points(present, scores, published_efficiency, figure_length)
+            if show_published
+            else None
+        )
+        try:
+            data = figure1_data(boards, tables, length=figure_length, published=points)
+        except (DataError, ConfigError) as err:
+            if figure is True:
+                raise
+            lacking = str(err)
+        else:
+            fig = draw_figure1(data)
     found = [learning_curves(lb) for lb in boards] if curves else []
 
     root = common_root(folders)
     out = Path(out_dir)
+    tiny = boards[0].tiny
     written = [
-        write_atomic(out / "leaderboard.md", leaderboard_markdown(boards)),
-        write_atomic(out / "leaderboard.csv", leaderboard_csv(boards)),
-        write_atomic(out / "efficiency.md", efficiency_markdown(tables, boards[0].tiny)),
+        write_atomic(out / "leaderboard.md", leaderboard_markdown(boards, comparisons)),
+        write_atomic(out / "leaderboard.csv", leaderboard_csv(boards, comparisons)),
+        write_atomic(out / "leaderboard.tex", leaderboard_latex(boards, comparisons)),
+        write_atomic(out / "efficiency.md", efficiency_markdown(tables, tiny, table2s)),
+        write_atomic(out / "efficiency.csv", efficiency_csv(tables, table2s)),
+        write_atomic(out / "efficiency.tex", efficiency_latex(table2s, tiny)),
     ]
     if fig is not None:
         written += write_figure1(fig, out)
-    trace = sources(boards, tables, fig, root)
+    trace = sources(boards, tables, fig, root, comparisons, table2s)
+    if lacking is not None:
+        trace["figure1"] = {"drawn": False, "why": lacking}
     for lb, learned in zip(boards, found, strict=False):
         stem = "curves" if len(boards) == 1 else f"curves_{lb.protocol}"
         written += write_curves(learned, out, stem)
@@ -122,6 +174,11 @@ def run_report(
     }
     text = json.dumps(trace, indent=2, sort_keys=True, default=str)
     written.append(write_atomic(out / "sources.json", text + "\n"))
+    if lacking is not None:
+        print(
+            f"figure1: not drawn (figure=auto; figure=true makes this an error): {lacking}",
+            flush=True,
+        )
     return written
 
 
@@ -142,15 +199,14 @@ def _report(cfg) -> None:
         cfg.out_dir,
         tasks=str(cfg.tasks),
         figure_length=int(cfg.figure_length),
-        reference_csv=cfg.reference_csv,
-        show_reference=bool(cfg.show_reference),
+        show_published=bool(cfg.show_published),
         models=_plain(cfg.get("models")) or None,
         curves=bool(cfg.get("curves", True)),
         settings=_plain(cfg.get("settings")) or None,
         protocol=_plain(cfg.get("protocols")),
         since=_plain(cfg.get("since")),
         until=_plain(cfg.get("until")),
-        figure=bool(cfg.get("figure", True)),
+        figure=figure_choice(cfg.get("figure", "auto")),
     ):
         print(f"wrote {path}", flush=True)
 

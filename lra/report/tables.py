@@ -20,9 +20,17 @@ import io
 import json
 from collections import defaultdict
 
-from lra.report.efficiency import EfficiencyTable
+from lra.report.compare import (
+    RULES_NOTE,
+    Comparison,
+    Published,
+    measured_six50,
+    unmatched_lines,
+)
+from lra.report.efficiency import EfficiencyTable, softmax_path
 from lra.report.leaderboard import PARAM_BUDGET, Cell, Leaderboard, Row
 from lra.report.load import BASELINE, MIB, TINY_NOTE, record_name
+from lra.report.table2 import Table2
 
 SUPERSEDED_MARK = "†"
 VAL_TEST_MARK = "‡"
@@ -32,6 +40,20 @@ VAL_TEST_NOTE = "validation = test split: selection saw test data"
 
 def fmt(value, digits=2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def signed(value, digits=2) -> str:
+    return "" if value is None else f"{value:+.{digits}f}"
+
+
+def published_text(p: Published | None, measured: float | None, numbers: dict) -> str:
+    """``36.37 [1] (+0.13)``: the published value, its source's number, measured - published."""
+    if p is None:
+        return ""
+    mark = numbers.setdefault(p.source, len(numbers) + 1)
+    value = p.value if isinstance(p.value, str) else f"{p.value:.2f}"
+    diff = p.diff(measured)
+    return f"{value} [{mark}]" + ("" if diff is None else f" ({diff:+.2f})")
 
 
 # ---------------------------------------------------------------- leaderboard
@@ -77,9 +99,18 @@ def differs_text(row: Row) -> str:
     return "; ".join(parts)
 
 
-def _table_markdown(lb: Leaderboard, heading: str) -> list[str]:
-    avg_label = "Tiny avg (not LRA)" if lb.tiny else "LRA avg"
-    head = ["Model", *lb.tasks, avg_label, lb.pathx, "Params vs Transformer"]
+def _table_markdown(lb: Leaderboard, heading: str, comp: Comparison | None = None) -> list[str]:
+    avg_label = "Tiny avg (not LRA)" if lb.tiny else "LRA avg (5)"
+    six_label = "Tiny avg (6)" if lb.tiny else "Avg (6, FAIL=50)"
+    show = comp is not None and not lb.tiny and comp.any_published
+    pub_col = "published [source] (Δ)"
+    head = ["Model"]
+    for t in lb.tasks:
+        head += [t, f"{t} {pub_col}"] if show else [t]
+    head += [avg_label] + ([f"LRA avg (5) {pub_col}"] if show else [])
+    head += [lb.pathx] + ([f"{lb.pathx} {pub_col}"] if show else [])
+    head += [six_label] + ([f"Avg (6) {pub_col}"] if show else [])
+    head.append("Params vs Transformer")
     lines = [
         heading,
         "",
@@ -89,11 +120,44 @@ def _table_markdown(lb: Leaderboard, heading: str) -> list[str]:
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
+    numbers = comp.numbers() if show else {}  # source id -> its number, in source order
+
     for row in lb.rows:
-        cells = [cell_text(row.cells.get(t)) for t in lb.tasks]
-        px = cell_text(row.cells.get(lb.pathx))
-        values = [row.label, *cells, fmt(row.average), px, params_text(row)]
+        mine = comp.rows.get(row.label) if show else None
+        values = [row.label]
+        for t in (*lb.tasks, "avg", lb.pathx, "six"):
+            if t == "avg":
+                values.append(fmt(row.average))
+                if show:
+                    first = mine.first_average("lra5")
+                    values.append(published_text(first, row.average, numbers))
+                continue
+            if t == "six":
+                six = measured_six50(row, lb)
+                values.append(fmt(six))
+                if show:
+                    values.append(published_text(mine.first_average("six50"), six, numbers))
+                continue
+            cell = row.cells.get(t)
+            values.append(cell_text(cell))
+            if show:
+                mean = None if cell is None else cell.mean
+                values.append(published_text(mine.first(t), mean, numbers))
+        values.append(params_text(row))
         lines.append("| " + " | ".join(values) + " |")
+    if show and numbers:
+        lines.append("")
+        cites = {
+            p.source: p.citation for r in comp.rows.values() for ps in r.tasks.values() for p in ps
+        }
+        cites.update(
+            {p.source: p.citation for r in comp.rows.values() for p in (*r.lra5, *r.six50)}
+        )
+        lines.append(
+            "Published [source], the first source with a number (all sources: sources.json): "
+            + "; ".join(f"[{n}] {s}: {cites.get(s, s)}" for s, n in numbers.items())
+            + ". Δ = measured - published, percentage points."
+        )
     lines.append("")
     notes = []
     over = [r.label for r in lb.rows if r.over_budget]
@@ -137,9 +201,14 @@ def _table_markdown(lb: Leaderboard, heading: str) -> list[str]:
     return lines
 
 
-def leaderboard_markdown(boards: list[Leaderboard] | Leaderboard) -> str:
-    """``leaderboard.md``: one table per protocol, each headed by its protocol name."""
+def leaderboard_markdown(
+    boards: list[Leaderboard] | Leaderboard, comparisons: list[Comparison] | None = None
+) -> str:
+    """``leaderboard.md``: one table per protocol, each headed by its protocol name; with
+    ``comparisons`` (one per board, :func:`lra.report.compare.compare`), the published numbers
+    beside the measured ones and the published rows no model matches."""
     boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
+    comps = list(comparisons) if comparisons is not None else [None] * len(boards)
     first = boards[0]
     tiny = f" ({TINY_NOTE})" if first.tiny else ""
     avg_label = "Tiny avg (not LRA)" if first.tiny else "LRA avg"
@@ -154,28 +223,58 @@ def leaderboard_markdown(boards: list[Leaderboard] | Leaderboard) -> str:
         f"is averaged across settings or protocols. {avg_label} = mean of the five task means "
         f"({', '.join(first.tasks)}), empty unless all five exist; {first.pathx} is reported "
         "separately and is not in the average. Empty cell = no record.",
+        "",
+        RULES_NOTE,
     ]
+    if first.tiny and comparisons is not None:
+        lines += ["", comps[0].note]
     lines.append("")
-    for lb in boards:
-        lines += _table_markdown(lb, f"## Protocol: {lb.protocol}")
+    for lb, comp in zip(boards, comps, strict=True):
+        lines += _table_markdown(lb, f"## Protocol: {lb.protocol}", comp)
     if first.other_tasks:
         lines += [
             f"Records on tasks outside this set, not shown: {', '.join(first.other_tasks)}.",
+            "",
+        ]
+    unmatched = comps[0].unmatched if comps and comps[0] is not None else []
+    if unmatched:
+        lines += [
+            "## Published rows not matched",
+            "",
+            "Published rows whose model label the alias table (lra/report/published.py, "
+            "ALIASES) maps to no harness model; listed, never guessed:",
+            "",
+            *[f"- {line}" for line in unmatched_lines(unmatched)],
             "",
         ]
     lines.append("Record files, seeds, settings and code versions behind every cell: sources.json.")
     return "\n".join(lines) + "\n"
 
 
-def leaderboard_csv(boards: list[Leaderboard] | Leaderboard) -> str:
-    """CSV, one line per row with its protocol; mean, std, n and setting per task."""
+def leaderboard_csv(
+    boards: list[Leaderboard] | Leaderboard, comparisons: list[Comparison] | None = None
+) -> str:
+    """CSV, one line per row with its protocol; mean, std, n and setting per task; the
+    six-task average; with ``comparisons``, per task and average the first published value,
+    its source and measured - published (empty on tiny tasks)."""
     boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
+    comps = list(comparisons) if comparisons is not None else [None] * len(boards)
 
     def columns(cell):
         if cell is None:
             return ["", "", "", ""]
         std = "" if cell.std is None else repr(round(cell.std, 6))
         return [repr(round(cell.mean, 6)), std, str(cell.n), cell.setting]
+
+    def number(value):
+        if value is None:
+            return ""
+        return value if isinstance(value, str) else repr(round(value, 6))
+
+    def beside(p: Published | None, measured):
+        if p is None:
+            return ["", "", ""]
+        return [number(p.value), p.source, number(p.diff(measured))]
 
     first = boards[0]
     out = io.StringIO()
@@ -185,8 +284,13 @@ def leaderboard_csv(boards: list[Leaderboard] | Leaderboard) -> str:
         part = ("mean", "std", "n", "setting")
         head += [t] if t == first.average_name else [f"{t}_{p}" for p in part]
     head += ["params_ratio_max", "params_over_budget", "val_source", "differs"]
+    six_name = "tiny_six_average" if first.tiny else "six_average_fail50"
+    head.append(six_name)
+    if comparisons is not None:
+        for t in (*first.tasks, first.pathx, "lra_average", "six_average_fail50"):
+            head += [f"{t}_published", f"{t}_published_source", f"{t}_diff"]
     writer.writerow(head)
-    for lb in boards:
+    for lb, comp in zip(boards, comps, strict=True):
         for row in lb.rows:
             values = [lb.protocol, row.label, row.model, row.variant]
             for t in lb.tasks:
@@ -200,6 +304,16 @@ def leaderboard_csv(boards: list[Leaderboard] | Leaderboard) -> str:
                 "|".join(sorted({s for c in row.cells.values() for s in c.val_sources})),
                 differs_text(row),
             ]
+            six = measured_six50(row, lb)
+            values.append(number(six))
+            if comparisons is not None:
+                mine = comp.rows.get(row.label) if comp is not None and not lb.tiny else None
+                for t in (*lb.tasks, lb.pathx):
+                    cell = row.cells.get(t)
+                    p = mine.first(t) if mine else None
+                    values += beside(p, None if cell is None else cell.mean)
+                values += beside(mine.first_average("lra5") if mine else None, row.average)
+                values += beside(mine.first_average("six50") if mine else None, six)
             writer.writerow(values)
     return out.getvalue()
 
@@ -216,7 +330,7 @@ def _speed_cell(table, model, length, key) -> str:
     value, rel = table.value(model, length, key), table.relative(model, length, key)
     if value is None:
         return ""
-    return f"{value:.2f}" + ("" if model == BASELINE or rel is None else f" ({rel:.2f}x)")
+    return f"{value:.2f}" + ("" if model == table.baseline or rel is None else f" ({rel:.2f}x)")
 
 
 def _memory_cell(table, model, length) -> str:
@@ -229,10 +343,57 @@ def _memory_cell(table, model, length) -> str:
     rel = table.relative(model, length, "peak_memory_bytes")
     if value is None:
         return ""
-    return f"{value / MIB:.1f}" + ("" if model == BASELINE or rel is None else f" ({rel:.2f})")
+    same = model == table.baseline or rel is None
+    return f"{value / MIB:.1f}" + ("" if same else f" ({rel:.2f})")
 
 
-def efficiency_markdown(tables: list[EfficiencyTable], tiny: bool = False) -> str:
+def relative_text(value, digits=2) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else f"{value:.{digits}f}"
+
+
+def _table2_markdown(t2: Table2, note: str) -> list[str]:
+    s = t2.setting
+    cols = [f"{n // 1024}K" if n % 1024 == 0 else str(n) for n in t2.lengths]
+    lines = [
+        f"### LRA Table 2 form: {s['task']}, batch size {s['batch_size']}, {s['precision']}, "
+        f"device {s['device']}, protocol {s['protocol']}{note}",
+        "",
+        f"Relative to {t2.baseline} measured in the same setting (= 1.00). Speed: training "
+        "steps/sec over the Transformer's (higher is faster); memory: peak memory over the "
+        "Transformer's (lower is less)."
+        + (
+            f" Published: Tay et al. 2021 (LRA), Table 2 ({t2.hardware}), its relative speed "
+            "as printed in brackets, else its steps/sec over its Transformer's; its memory "
+            "over its Transformer's."
+            if t2.published
+            else ""
+        ),
+        "",
+    ]
+    head = ["Model", *[f"speed {c}" for c in cols], *[f"memory {c}" for c in cols]]
+    if t2.published:
+        head += [f"published speed {c}" for c in cols] + [f"published memory {c}" for c in cols]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in t2.rows:
+        m = t2.measured[row]
+        cells = [relative_text(m["speed"][n]) for n in t2.lengths]
+        cells += [relative_text(m["memory"][n]) for n in t2.lengths]
+        if t2.published:
+            p = t2.published.get(row, {})
+            for metric in ("speed", "memory"):
+                cells += [relative_text(p.get(metric, {}).get(n)) for n in t2.lengths]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def efficiency_markdown(
+    tables: list[EfficiencyTable], tiny: bool = False, table2s: list[Table2] | None = None
+) -> str:
+    """``efficiency.md``: per benchmark setting the absolute tables, then (``table2s``) the
+    LRA paper's Table 2 form with the published Table 2 beside it."""
     note = f" ({TINY_NOTE})" if tiny else ""
     lines = [f"# Efficiency{note}", ""]
     if not tables:
@@ -244,7 +405,9 @@ def efficiency_markdown(tables: list[EfficiencyTable], tiny: bool = False) -> st
     lines += [
         "From benchmark records on synthetic full-length inputs. Steps/sec is the median over "
         "timed windows (the windows are in each record). In parentheses: relative to the "
-        f"Transformer ({BASELINE}) at the same length, speed as x-times its steps/sec and memory "
+        f"Transformer ({BASELINE}; on the plain softmax path when it was measured, a softmax "
+        "model's row names the path that ran) at the same length, speed as x-times its "
+        "steps/sec and memory "
         "as a fraction of its peak memory, as in the LRA paper's efficiency table. OOM = out of "
         "memory at that length. Slope = least-squares slope of log peak memory against log "
         "length over the lengths that ran (1 = linear, 2 = quadratic). One table per setting "
@@ -277,7 +440,57 @@ def efficiency_markdown(tables: list[EfficiencyTable], tiny: bool = False) -> st
             cells = [_memory_cell(t, m, n) for n in t.lengths]
             lines.append(f"| {m} | " + " | ".join(cells) + f" | {fmt(t.slope(m))} |")
         lines.append("")
+        for t2 in table2s or []:
+            if t2.setting == t.setting:
+                lines += _table2_markdown(t2, note)
     return "\n".join(lines)
+
+
+EFFICIENCY_CSV_KEYS = (
+    "train_steps_per_sec",
+    "eval_steps_per_sec",
+    "peak_memory_bytes",
+)
+
+
+def efficiency_csv(tables: list[EfficiencyTable], table2s: list[Table2] | None = None) -> str:
+    """``efficiency.csv``: one line per setting, row and length: the absolute values, the
+    values relative to the setting's Transformer row, the softmax path, and the published
+    Table 2 relative values (LRA paper) where the length has one."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    keys = ("task", "batch_size", "precision", "device", "platform", "protocol")
+    head = [*keys, "row", "model", "softmax_implementation", "length", "status"]
+    head += [*EFFICIENCY_CSV_KEYS, "relative_to"]
+    head += [f"relative_{k}" for k in EFFICIENCY_CSV_KEYS]
+    head += ["published_relative_speed", "published_relative_memory", "published_source"]
+    writer.writerow(head)
+    by_setting = {json.dumps(t2.setting, sort_keys=True, default=str): t2 for t2 in table2s or []}
+    for t in tables:
+        t2 = by_setting.get(json.dumps(t.setting, sort_keys=True, default=str))
+        for m in t.models:
+            for n in t.lengths:
+                rec = t.cells.get((m, n))
+                if rec is None:
+                    continue
+                values = [t.setting.get(k) for k in keys]
+                values += [m, rec["model"], softmax_path(rec) or "", n, rec.get("status", "ok")]
+                values += [_num(t.value(m, n, k)) for k in EFFICIENCY_CSV_KEYS]
+                values.append(t.baseline)
+                values += [_num(t.relative(m, n, k)) for k in EFFICIENCY_CSV_KEYS]
+                published = (t2.published.get(m, {}) if t2 is not None else {}) or {}
+                speed = published.get("speed", {}).get(n)
+                memory = published.get("memory", {}).get(n)
+                values += [_num(speed), _num(memory)]
+                values.append("lra_paper" if speed is not None or memory is not None else "")
+                writer.writerow(values)
+    return out.getvalue()
+
+
+def _num(value) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else repr(round(float(value), 6))
 
 
 # ---------------------------------------------------------------- sources
@@ -292,12 +505,22 @@ def _trace(records, root) -> dict:
     }
 
 
-def sources(boards, tables: list[EfficiencyTable], fig=None, root=None) -> dict:
+def sources(
+    boards,
+    tables: list[EfficiencyTable],
+    fig=None,
+    root=None,
+    comparisons: list[Comparison] | None = None,
+    table2s: list[Table2] | None = None,
+) -> dict:
     """The records behind every reported number: ``leaderboard[protocol][row][task]``,
-    ``efficiency`` per setting, ``figure1`` (``fig`` has a ``sources(root)`` method)."""
+    ``efficiency`` per setting, ``figure1`` (``fig`` has a ``sources(root)`` method); with
+    ``comparisons``, every published number beside a row (all sources, in source order)
+    under ``published`` and the unmatched published rows; ``table2`` the published Table 2."""
     boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
+    comps = list(comparisons) if comparisons is not None else [None] * len(boards)
     board = {}
-    for lb in boards:
+    for lb, comp in zip(boards, comps, strict=True):
         table = {}
         for row in lb.rows:
             entry = {"model": row.model, "variant": row.variant}
@@ -317,6 +540,13 @@ def sources(boards, tables: list[EfficiencyTable], fig=None, root=None) -> dict:
                     "ratios": row.params_ratio,
                     "over_budget": row.over_budget,
                 }
+            mine = comp.rows.get(row.label) if comp is not None else None
+            if mine is not None and (mine.tasks or mine.lra5 or mine.six50):
+                entry["published"] = {
+                    **{t: [p.trace() for p in ps] for t, ps in mine.tasks.items()},
+                    "lra_average": [p.trace() for p in mine.lra5],
+                    "six_average_fail50": [p.trace() for p in mine.six50],
+                }
             table[row.label] = entry
         board[lb.protocol] = table
     eff = []
@@ -328,12 +558,27 @@ def sources(boards, tables: list[EfficiencyTable], fig=None, root=None) -> dict:
                 "status": rec.get("status", "ok"),
                 "superseded": [record_name(r, root) for r in t.superseded[(model, length)]],
             }
-        eff.append({"setting": t.setting, "relative_to": BASELINE, "cells": dict(cells)})
+        eff.append({"setting": t.setting, "relative_to": t.baseline, "cells": dict(cells)})
     out = {
         "task_set": boards[0].task_set if boards else None,
         "leaderboard": board,
         "efficiency": eff,
     }
+    if comps and comps[0] is not None:
+        out["published_unmatched"] = unmatched_lines(comps[0].unmatched)
+    if table2s:
+        out["table2"] = [
+            {
+                "setting": t2.setting,
+                "relative_to": t2.baseline,
+                "lengths": list(t2.lengths),
+                "published": {
+                    row: {"label": t2.published_labels.get(row), "source": "lra_paper", **v}
+                    for row, v in t2.published.items()
+                },
+            }
+            for t2 in table2s
+        ]
     if fig is not None:
         out["figure1"] = fig.sources(root)
     return out

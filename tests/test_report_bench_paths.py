@@ -1,0 +1,48 @@
+"""lra-bench measures the Transformer on two softmax paths in one sweep
+(``bench.softmax_paths``), and lra-report shows them as two labelled rows (issue 31, part 4).
+A tiny CPU benchmark: one layer, d_model 16, length 16."""
+
+from hydra import compose, initialize_config_dir
+
+from lra.cli import CONFIG_DIR
+from lra.measure import bench
+from lra.record.store import read_records
+from lra.report.efficiency import IMPLEMENTATION_KEY, efficiency
+
+TINY_BENCH = [
+    "task=listops_tiny",
+    "task.arch.num_layers=1",
+    "task.arch.dim=16",
+    "task.arch.qkv_dim=16",
+    "task.arch.mlp_dim=32",
+    "task.arch.num_heads=2",
+    "batch_size=2",
+    "bench.warmup_steps=1",
+    "bench.windows=2",
+    "bench.steps_per_window=1",
+    "bench.isolate=false",
+    "lengths=[16]",
+]
+
+
+def test_bench_softmax_paths_adds_a_forced_plain_row_to_the_same_sweep(tmp_path):
+    overrides = [
+        *TINY_BENCH,
+        "models=[transformer,performer]",
+        "bench.softmax_paths=[plain]",
+        f"results_dir={tmp_path}",
+    ]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="bench", overrides=overrides)
+    records = bench.run_benchmark(cfg, overrides=overrides)
+    # transformer (auto), performer, and transformer forced plain; performer has no softmax
+    assert [r["model"] for r in records] == ["transformer", "performer", "transformer"]
+    forced = records[2]
+    assert forced["overrides"][IMPLEMENTATION_KEY] == "plain"
+    assert forced["softmax_implementation"] == {"train": "plain", "eval": "plain"}
+    assert IMPLEMENTATION_KEY not in records[0]["overrides"]
+    assert forced["sweep_order"] == "round-robin"
+    [table] = efficiency(read_records(tmp_path))
+    # at length 16 "auto" also runs the plain path: the rows say which was asked for
+    assert set(table.models) == {"transformer (plain)", "transformer (auto: plain)", "performer"}
+    assert table.baseline == "transformer (plain)"
