@@ -160,3 +160,35 @@ def test_a_malformed_file_names_the_file_and_key(tmp_path, edit, key):
         pub.load_published(tmp_path)
     assert isinstance(err.value, LRAError)
     assert str(path) in str(err.value) and key in str(err.value)
+
+
+def test_lru_table3_as_published_with_colour_cifar_noted(shipped):
+    scores, _ = shipped
+    rows = {r.model: r for r in scores if r.source.id == "lru_paper"}
+    lru = rows["LRU"]
+    assert lru.averaging == "none" and lru.average is None
+    assert [lru.scores[t] for t in pub.TASKS] == [60.2, 89.4, 89.9, 89.0, 95.1, 94.2]
+    for row in rows.values():  # the paper's sCIFAR column is colour CIFAR, stored under image
+        assert "colour CIFAR-10" in row.notes and row.table == "Table 3"
+    assert pub.published_for("lru", scores) == [lru]
+
+
+def test_mega_table2_as_published_and_its_mixed_average(shipped):
+    scores, efficiency = shipped
+    rows = {r.model: r for r in scores if r.source.id == "mega_paper"}
+    mega = rows["MEGA"]
+    assert [mega.scores[t] for t in pub.TASKS] == [63.14, 90.43, 91.25, 90.44, 96.01, 97.98]
+    assert mega.average == 88.21 == pytest.approx(pub.average(mega.scores, "six"), abs=0.005)
+    xfm = rows["XFM"]  # Path-X failed: the printed Avg. is the five-task mean
+    assert xfm.scores["pathx"] == pub.FAIL and xfm.average == 54.39
+    assert xfm.average == pytest.approx(pub.lra5_average(xfm.scores), abs=0.005)
+    assert "five other tasks" in xfm.notes
+    chunk_speed = [
+        e
+        for e in efficiency
+        if e.source.id == "mega_paper"
+        and e.model == "MEGA-chunk"
+        and e.metric == "relative_steps_per_sec"
+    ]
+    assert [e.values for e in chunk_speed] == [{4096: 5.5}]
+    assert {"XFM", "XFM‡"} <= {r.model for r in pub.published_for("transformer", scores)}

@@ -432,3 +432,15 @@ def test_transformer_on_plain_and_chunked_paths_is_two_rows_and_two_points(tmp_p
     assert (
         "| transformer (plain) | 4.00 |" in md and "| transformer (chunked) | 6.00 (1.50x) |" in md
     )
+
+
+def test_a_colour_cifar_image_score_never_stands_beside_the_grayscale_image_cell():
+    from lra.report.compare import comparable_scores
+
+    scores, _ = load_published()
+    lru = next(r for r in scores if r.source.id == "lru_paper" and r.model == "LRU")
+    assert isinstance(lru.scores["image"], float)  # shipped as published, with its note
+    kept = comparable_scores(lru)
+    assert kept["image"] is None and kept["listops"] == lru.scores["listops"]
+    lra = next(r for r in scores if r.source.id == "lra_paper" and r.model == "Transformer")
+    assert comparable_scores(lra) == lra.scores

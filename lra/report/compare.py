@@ -133,6 +133,16 @@ def _published(row, value) -> Published:
     return Published(value, row.source.id, row.model, row.table, row.source.citation)
 
 
+def comparable_scores(row) -> dict:
+    """A published row's scores that may stand beside the harness's: an Image score on colour
+    CIFAR (LRU's, say its notes) is dropped, since the harness's Image task is grayscale (and
+    with it every average that would include it)."""
+    scores = dict(row.scores)
+    if "colour cifar" in row.notes.lower() or "color cifar" in row.notes.lower():
+        scores["image"] = None
+    return scores
+
+
 def compare(lb: Leaderboard, scores: list) -> Comparison:
     """The published numbers beside every row of ``lb`` (``scores``: PublishedScore rows)."""
     ordered = source_order(list(scores))
@@ -145,10 +155,11 @@ def compare(lb: Leaderboard, scores: list) -> Comparison:
         )
         if not lb.tiny:
             for p in pub.published_for(row.model, ordered):
+                scores = comparable_scores(p)
                 for task, shown in zip(pub.TASKS, lb.shown, strict=True):
-                    if p.scores.get(task) is not None:
-                        found.tasks.setdefault(shown, []).append(_published(p, p.scores[task]))
-                lra5, six50 = pub.lra5_average(p.scores), pub.six_average_fail50(p.scores)
+                    if scores.get(task) is not None:
+                        found.tasks.setdefault(shown, []).append(_published(p, scores[task]))
+                lra5, six50 = pub.lra5_average(scores), pub.six_average_fail50(scores)
                 if lra5 is not None:
                     found.lra5.append(_published(p, lra5))
                 if six50 is not None:

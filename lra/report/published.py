@@ -50,7 +50,7 @@ EFFICIENCY_KEYS = {"model", "metric", "unit", "hardware", "values", "notes", "ta
 # is reported by ``unmatched`` and never guessed (e.g. LRA's "Synthesizer" does not say which
 # Synthesizer variant ran, so it maps to none of the three harness variants).
 ALIASES: dict[str, tuple[str, ...]] = {
-    "transformer": ("Transformer", "Vanilla Transformer"),
+    "transformer": ("Transformer", "Vanilla Transformer", "XFM", "XFM‡"),
     "local": ("Local Attention", "Local Att"),
     "linformer": ("Linformer",),
     "reformer": ("Reformer",),
