@@ -8,7 +8,15 @@ import lra.models.ssm  # noqa: F401  (registers the state-space mixers)
 from lra.models import registry
 from lra.models.encoder import sinusoidal_positions
 from lra.models.heads import Classifier, DualClassifier, build_classifier
-from lra.models.registry import RegistryError, make_attention, names, register
+from lra.models.pretrain import TokenPredictor, build_token_predictor
+from lra.models.registry import (
+    RegistryError,
+    causal_mechanisms,
+    make_attention,
+    names,
+    register,
+    supports_causal,
+)
 from lra.models.schedule import describe_layers, resolve_schedule
 
 ATTENTION_NAMES: tuple[str, ...] = names()
@@ -18,7 +26,10 @@ __all__ = [
     "Classifier",
     "DualClassifier",
     "RegistryError",
+    "TokenPredictor",
     "build_classifier",
+    "build_token_predictor",
+    "causal_mechanisms",
     "describe_layers",
     "make_attention",
     "names",
@@ -26,4 +37,5 @@ __all__ = [
     "registry",
     "resolve_schedule",
     "sinusoidal_positions",
+    "supports_causal",
 ]

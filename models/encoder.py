@@ -21,6 +21,13 @@ this depth are ignored. A split whose lower or upper part comes to 0 layers at t
 (e.g. on 1-layer tasks) is one mechanism throughout: ``describe_layers`` reports what each
 layer became, and the Encoder warns (UserWarning).
 
+Causal mode (``causal=True``, next-token pretraining, issue 28): every layer's mechanism is
+built with ``causal=True`` (see lra.models.registry: a mechanism has the mode iff its
+constructor declares ``causal``), so the output at position i depends only on tokens <= i.
+A layer whose mechanism lacks it is a one-line ValueError naming it, before anything is built.
+The parameters are the same as without it. Build a causal encoder with ``cls_token=False``
+(a prepended CLS vector would be position 0 of every causal window, harmless but useless).
+
 Randomness: ``rngs`` given to a constructor is used for parameter init only. Dropout keys come
 from the ``rngs`` given at call time (an ``nnx.Rngs``, or a JAX key which is wrapped as
 ``nnx.Rngs(dropout=key)``); it is threaded to every Dropout and every attention module, and is
@@ -39,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra.models.registry import make_attention
+from lra.models.registry import causal_mechanisms, make_attention, supports_causal
 from lra.models.schedule import describe_layers, resolve_options, resolve_schedule
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "Block",
     "Embedder",
     "Encoder",
+    "check_causal",
     "padding_mask",
     "remat_policy",
     "sinusoidal_positions",
@@ -64,6 +72,7 @@ __all__ = [
 #                  projections and MLP; the attention scores Q K^T are recomputed)
 #                  (jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
 # ``false``/``true`` are the older spellings of none/block.
+
 REMAT_POLICIES = {
     "none": None,
     "block": jax.checkpoint_policies.nothing_saveable,
@@ -134,6 +143,19 @@ def call_rngs(deterministic: bool, rngs: Any, where: str) -> nnx.Rngs | None:
 def padding_mask(lengths: jax.Array, length: int) -> jax.Array:
     """bool[B, length], True at the first ``lengths[b]`` positions of row b."""
     return jnp.arange(length)[None, :] < jnp.asarray(lengths)[:, None]
+
+
+def check_causal(schedule: Sequence[str]) -> None:
+    """Raise a one-line ValueError naming the first layer of ``schedule`` (one mechanism name
+    per layer) whose mechanism has no causal mode."""
+    for index, name in enumerate(schedule):
+        if not supports_causal(name):
+            where = f" (layer {index + 1} of {len(schedule)})" if len(set(schedule)) > 1 else ""
+            raise ValueError(
+                f"attention {name!r}{where} has no causal mode; causal pretraining works with: "
+                f"{', '.join(causal_mechanisms())} and outside mechanisms whose constructor "
+                "takes causal=... (pretrain=masked works with every mechanism)"
+            )
 
 
 class Embedder(nnx.Module):
@@ -231,8 +253,12 @@ class Block(nnx.Module):
         dropout: float,
         attention_dropout: float,
         rngs: nnx.Rngs,
+        causal: bool = False,
     ):
+        """``causal``: build the mechanism with ``causal=True`` (it must declare it)."""
         self.kind = attention
+        if causal:
+            attention_options = {**attention_options, "causal": True}
         self.attention_norm = nnx.LayerNorm(dim, rngs=rngs)
         self.attention = make_attention(
             attention,
@@ -298,13 +324,18 @@ class Encoder(nnx.Module):
         attention: str | Sequence[str] | Mapping[str, Any],
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
         remat: bool | str = False,
+        causal: bool = False,
         rngs: nnx.Rngs,
     ):
         """``remat`` (a :data:`REMAT_POLICIES` name; ``True``/``False``: block/none) chooses
-        what the backward pass recomputes instead of storing: less memory, more compute."""
+        what the backward pass recomputes instead of storing: less memory, more compute.
+        ``causal``: every layer in causal mode (see the module docstring)."""
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.schedule = resolve_schedule(attention, num_layers)
+        if causal:
+            check_causal(self.schedule)
+        self.causal = bool(causal)
         warning = describe_layers(attention, num_layers)["schedule_warning"]
         if warning is not None:
             warnings.warn(warning, UserWarning, stacklevel=1)  # nnx calls __init__ itself
@@ -331,6 +362,7 @@ class Encoder(nnx.Module):
                     dropout=dropout,
                     attention_dropout=attention_dropout,
                     rngs=rngs,
+                    causal=self.causal,
                 )
                 for name in self.schedule
             ]

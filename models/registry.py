@@ -17,6 +17,12 @@ Shapes: ``x: float[B, L, D]``, ``mask: bool[B, L]`` (True = real token), result
 
 A class attribute ``replaces_mlp = True`` tells the encoder block that the mechanism is a
 whole layer (a gated attention unit such as FLASH) and the block has no MLP sub-layer.
+A mechanism has a causal mode (for next-token pretraining, issue 28) iff its constructor
+declares a keyword argument ``causal`` (``causal: bool = False``): with ``causal=True`` its
+output at position i depends only on inputs at positions <= i, and its parameters are the same
+as with ``causal=False``. :func:`supports_causal` tells (by signature, for built-ins, entry
+points and import paths alike); :func:`causal_mechanisms` lists the built-ins that have it.
+
 ``memory_class`` and ``same_without_padding`` are declarations that ``lra-check-attention``
 (:mod:`lra.measure.conformance`) verifies.
 
@@ -46,12 +52,14 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "RegistryError",
     "available",
+    "causal_mechanisms",
     "get",
     "is_builtin",
     "make_attention",
     "names",
     "register",
     "source",
+    "supports_causal",
 ]
 
 ENTRY_POINT_GROUP = "lra.attention"
@@ -229,6 +237,25 @@ def source(name: str) -> str:
     where = f"{cls.__module__}:{cls.__qualname__}"
     points = _entry_points().get(name)
     return f"{where} from {_distribution(points[0])}" if points else where
+
+
+def _declares_causal(cls: type) -> bool:
+    """Whether ``cls.__init__`` names a keyword argument ``causal`` (``**kwargs`` does not
+    count)."""
+    param = inspect.signature(cls.__init__).parameters.get("causal")
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return param is not None and param.kind in keyword
+
+
+def supports_causal(name: str) -> bool:
+    """Whether mechanism ``name`` (built-in, entry point or import path) has a causal mode: its
+    constructor declares the keyword ``causal``. Raises ``RegistryError`` as :func:`get`."""
+    return _declares_causal(get(name))
+
+
+def causal_mechanisms() -> tuple[str, ...]:
+    """The built-in mechanism names with a causal mode, sorted."""
+    return tuple(name for name in names() if _declares_causal(_REGISTRY[name]))
 
 
 def _check_options(name: str, cls: type, options: dict[str, Any]) -> None:

@@ -25,6 +25,10 @@ Attention dropout draws each block's keep-mask from ``fold_in(dropout_key, block
 the same distribution as the plain path (keep with probability 1 - rate, kept weights
 scaled by 1 / (1 - rate)), other random numbers. The ragged tail (L % block queries) runs
 as one block of its own length, not padded.
+
+Causal mode (``causal=True``): query i of block t (position t * block + i) also excludes the
+keys after it, so row i's softmax runs over keys 0..i; the rows still see all of K at once
+(keys beyond the query get the excluded-key logit), so the memory is unchanged.
 """
 
 from __future__ import annotations
@@ -53,20 +57,27 @@ def query_chunked_attention(
     block: int = DEFAULT_BLOCK,
     dropout_rate: float = 0.0,
     dropout_key: jax.Array | None = None,
+    causal: bool = False,
 ) -> jax.Array:
     """Softmax attention of q over (k, v), ``block`` queries at a time; see the module doc.
 
-    Dropout applies when ``dropout_rate > 0`` and ``dropout_key`` is given.
+    Dropout applies when ``dropout_rate > 0`` and ``dropout_key`` is given. ``causal``: query
+    i sees only keys j <= i (and the key mask), as in softmax.py's causal mode.
     """
     if block < 1:
         raise ValueError(f"chunked softmax attention: block must be >= 1, got {block}")
     drop = dropout_rate > 0 and dropout_key is not None
     keep_bias = key_mask.astype(bool)[:, None, None, :]  # [B, 1, 1, L]
+    key_position = jnp.arange(k.shape[1])
 
     @jax.checkpoint
     def attend(q_block: jax.Array, index) -> jax.Array:
         """q_block float[B, c, H, d_h] -> float[B, c, H, d_h]."""
-        logits = mask_logits(jnp.einsum("bqhd,bkhd->bhqk", q_block, k), keep_bias)
+        keep = keep_bias
+        if causal:  # the block's queries sit at index * block + 0 .. c-1
+            query_position = index * block + jnp.arange(q_block.shape[1])
+            keep = keep & (key_position[None, :] <= query_position[:, None])
+        logits = mask_logits(jnp.einsum("bqhd,bkhd->bhqk", q_block, k), keep)
         weights = jax.nn.softmax(logits, axis=-1)  # [B, H, c, L]
         if drop:
             kept = block_dropout_keep(dropout_key, index, dropout_rate, weights.shape)

@@ -17,8 +17,12 @@ projections under their usual attribute names (so parameter paths are ``query/ke
 ``out/bias``, ...), splits and merges heads, checks the call (mask shape, ``rngs`` when not
 deterministic) and holds the attention-dropout layer. The functions below are the pieces the
 mechanisms share besides: key masking with a finite "minus infinity", zeroing padded
-positions, the two products of kernelised linear attention, and the blocking helpers of the
-block- and window-local mechanisms.
+positions, the two products of kernelised linear attention (and their causal prefix-sum
+form), and the blocking helpers of the block- and window-local mechanisms.
+
+Causal mode (a mechanism's constructor keyword ``causal``, issue 28): the output at position
+i depends only on inputs at positions j <= i. Padding follows the real tokens, so a causal
+layer's outputs at real tokens are those without padding.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from flax import nnx
 __all__ = [
     "MultiHeadAttention",
     "band",
+    "causal_keep",
+    "causal_linear_context",
     "check_call",
     "check_dropout",
     "check_int",
@@ -110,6 +116,50 @@ def linear_context(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
 def linear_normaliser(q: jax.Array, k: jax.Array) -> jax.Array:
     """phi(Q) sum_j phi(K_j) per head, the row sums of the implied weights: float[B, Lq, H]."""
     return jnp.einsum("bqhf,bhf->bqh", q, jnp.sum(k, axis=1))
+
+
+def causal_keep(n: int) -> np.ndarray:
+    """bool[n, n]: key j may be seen by query i iff j <= i (lower triangle)."""
+    return np.tril(np.ones((n, n), bool))
+
+
+def causal_linear_context(
+    q: jax.Array, k: jax.Array, v: jax.Array, chunk: int = 64
+) -> tuple[jax.Array, jax.Array]:
+    """The causal (prefix-sum) form of :func:`linear_context` and :func:`linear_normaliser`.
+
+    Katharopoulos et al. 2020, "Transformers are RNNs", eq. 8-9 (S_i = sum_{j<=i} phi(k_j)
+    v_j^T, z_i = sum_{j<=i} phi(k_j)): returns (num float[B, L, H, e] with num_i =
+    phi(q_i)^T S_i, den float[B, L, H] with den_i = phi(q_i)^T z_i). q float[B, L, H, f],
+    k float[B, L, H, f] (feature maps applied, padded keys zeroed), v float[B, L, H, e].
+
+    Computed a chunk of ``chunk`` positions at a time, so no [B, L, H, f, e] tensor of every
+    prefix state exists: inside a chunk the weights q_i^T k_j are formed and masked to j <= i
+    ([B, G, H, c, c]); the state of all earlier chunks is an exclusive prefix sum over the G
+    chunks of their k^T v ([B, G, H, f, e]). Memory O(B H L (c + f e / c)).
+    """
+    b, n, h, f = q.shape
+    c = max(1, min(chunk, n))
+    pad = -n % c
+    if pad:
+        q, k, v = (jnp.pad(t, [(0, 0), (0, pad), (0, 0), (0, 0)]) for t in (q, k, v))
+    g = (n + pad) // c
+    q, k, v = (t.reshape(b, g, c, h, t.shape[-1]) for t in (q, k, v))
+    weights = jnp.einsum("bgqhf,bgkhf->bghqk", q, k)
+    weights = jnp.where(jnp.asarray(causal_keep(c)), weights, jnp.zeros((), weights.dtype))
+    num = jnp.einsum("bghqk,bgkhe->bgqhe", weights, v)
+    den = jnp.einsum("bghqk->bgqh", weights)
+
+    def exclusive(t: jax.Array) -> jax.Array:  # sum over the chunks before each chunk
+        t = jnp.cumsum(t, axis=1)
+        return jnp.concatenate([jnp.zeros_like(t[:, :1]), t[:, :-1]], axis=1)
+
+    state = exclusive(jnp.einsum("bgkhf,bgkhe->bghfe", k, v))
+    total = exclusive(jnp.sum(k, axis=2))  # [B, G, H, f]
+    num = num + jnp.einsum("bgqhf,bghfe->bgqhe", q, state)
+    den = den + jnp.einsum("bgqhf,bghf->bgqh", q, total)
+    num = num.reshape(b, g * c, h, -1)[:, :n]
+    return num, den.reshape(b, g * c, h)[:, :n]
 
 
 def to_blocks(y: jax.Array, size: int) -> jax.Array:

@@ -35,9 +35,18 @@ requires, and appending padding (or changing padded values) leaves outputs at re
 unchanged. Only differences of positions enter, so counting from 0 (here) or 1 (the authors'
 code) gives the same weights.
 
-Options: none besides the common ``qkv_dim`` and ``dropout_rate``. There is no L x L weight
-matrix to drop, so ``dropout_rate`` is applied to the per-head outputs (the concatenated
-context vectors) before the output projection; the authors' code has no attention dropout.
+Causal mode (``causal=True``; the paper's causal (autoregressive) form: the sums over j
+become prefix sums over j <= i, computed chunk by chunk by
+:func:`lra.models.attention.common.causal_linear_context`). M is then the layer's
+``max_len`` (the longest sequence it is built for, as the authors' code takes the tensor
+length) rather than the row's length: the row's length would tell position i how many
+tokens follow it. |i - j| < max_len keeps every cos > 0, and M does not depend on padding.
+The parameters do not depend on ``causal``.
+
+Options: ``causal``, and none besides the common ``qkv_dim`` and ``dropout_rate``. There is no
+L x L weight matrix to drop, so ``dropout_rate`` is applied to the per-head outputs (the
+concatenated context vectors) before the output projection; the authors' code has no attention
+dropout.
 
 Padding: k_j' is multiplied by the mask after the feature map and re-weighting and before
 both K'^T V and the normaliser sum, so padded keys contribute nothing. A query whose weights
@@ -54,6 +63,7 @@ from flax import nnx
 
 from lra.models.attention.common import (
     MultiHeadAttention,
+    causal_linear_context,
     linear_context,
     linear_normaliser,
     zero_padded,
@@ -80,6 +90,21 @@ class CosformerAttention(MultiHeadAttention):
     memory_class = "linear"
     same_without_padding = True
 
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+        qkv_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        causal: bool = False,
+    ):
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        self.causal = bool(causal)
+        self._init_projections(rngs)
+
     def __call__(
         self,
         x: jax.Array,
@@ -95,12 +120,20 @@ class CosformerAttention(MultiHeadAttention):
 
         # Angles in float32 (positions up to L), then cast: float[B, L, 1, 1].
         angle = (math.pi / 2) * jnp.arange(n, dtype=jnp.float32)[None, :]
-        angle = (angle / reweighting_horizon(mask)[:, None])[:, :, None, None]
+        if self.causal:
+            horizon = jnp.full((x.shape[0],), max(self.max_len, n), jnp.float32)
+        else:
+            horizon = reweighting_horizon(mask)
+        angle = (angle / horizon[:, None])[:, :, None, None]
         cos, sin = jnp.cos(angle).astype(dtype), jnp.sin(angle).astype(dtype)
         q = jnp.concatenate([q * cos, q * sin], axis=-1)
         k = zero_padded(jnp.concatenate([k * cos, k * sin], axis=-1), mask)
 
         eps = jnp.asarray(EPS, dtype)
-        y = linear_context(q, k, v) / jnp.maximum(linear_normaliser(q, k), eps)[..., None]
+        if self.causal:
+            num, den = causal_linear_context(q, k, v)
+        else:
+            num, den = linear_context(q, k, v), linear_normaliser(q, k)
+        y = num / jnp.maximum(den, eps)[..., None]
         y = self.dropout(self._merge(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)

@@ -23,6 +23,11 @@ Options: none besides the common ``qkv_dim`` and ``dropout_rate``. There is no L
 matrix to drop, so ``dropout_rate`` is applied to the per-head outputs (the concatenated
 context vectors) before the output projection; the authors' code has no attention dropout.
 
+Causal mode (``causal=True``; the paper's autoregressive form, eq. 8-9): the sums run over
+j <= i only, S_i = sum_{j<=i} phi(k_j) v_j^T and z_i = sum_{j<=i} phi(k_j), computed as
+prefix sums chunk by chunk (:func:`lra.models.attention.common.causal_linear_context`). The
+parameters do not depend on it.
+
 Padding: phi(k_j) is multiplied by the mask after the feature map (elu(0) + 1 = 1, so masking
 raw keys would not do) and before both phi(K)^T V and the normaliser sum, so padded keys
 contribute exactly nothing. Nothing depends on L, so appending padding leaves the outputs at
@@ -37,6 +42,7 @@ from flax import nnx
 
 from lra.models.attention.common import (
     MultiHeadAttention,
+    causal_linear_context,
     linear_context,
     linear_normaliser,
     zero_padded,
@@ -61,6 +67,21 @@ class LinearAttention(MultiHeadAttention):
     memory_class = "linear"
     same_without_padding = True
 
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+        qkv_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        causal: bool = False,
+    ):
+        self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        self.causal = bool(causal)
+        self._init_projections(rngs)
+
     def __call__(
         self,
         x: jax.Array,
@@ -74,6 +95,10 @@ class LinearAttention(MultiHeadAttention):
         q = elu_feature_map(q)
         k = zero_padded(elu_feature_map(k), mask)
         eps = jnp.asarray(EPS, q.dtype)
-        y = linear_context(q, k, v) / (linear_normaliser(q, k) + eps)[..., None]
+        if self.causal:
+            num, den = causal_linear_context(q, k, v)
+        else:
+            num, den = linear_context(q, k, v), linear_normaliser(q, k)
+        y = num / (den + eps)[..., None]
         y = self.dropout(self._merge(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)

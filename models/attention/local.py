@@ -36,6 +36,10 @@ the LRA tables that TransNormer compares against. Deviation: the official code r
 module uses contiguous blocks, which is what the paper describes. "sliding" is the
 Longformer-style band, for short-range layers in per-layer schedules (Rae and Razavi, 2020).
 
+Causal mode (``causal=True``): the neighbourhood is cut to the keys j <= i, N_causal(i) =
+{j in N(i) : j <= i}: block mode sees its own block up to itself, sliding mode the w // 2 keys
+before it and itself. Same chunks, one more static mask; the parameters do not depend on it.
+
 Padding: padded keys get the most negative finite logit of the compute dtype, so their weight
 is exactly 0, and positions beyond L (chunk padding) are treated the same way. A real query
 always sees itself, so its softmax is never empty; a fully padded row gives finite (uniform)
@@ -85,8 +89,10 @@ class LocalAttention(MultiHeadAttention):
         dropout_rate: float = 0.0,
         window: int = 50,
         mode: str = "block",
+        causal: bool = False,
     ):
         self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        self.causal = bool(causal)
         if mode not in MODES:
             raise ValueError(f"local attention: mode must be one of {MODES}, got {mode!r}")
         check_int(self.label, "window", window)
@@ -103,8 +109,12 @@ class LocalAttention(MultiHeadAttention):
     def _band(self, c: int) -> np.ndarray:
         """bool[c, keys per chunk]: which gathered keys lie in each query's neighbourhood."""
         if self.mode == "block":
-            return np.ones((c, c), bool)
-        return band(c, self.window // 2)
+            keep = np.ones((c, c), bool)
+            return np.tril(keep) if self.causal else keep
+        keep = band(c, self.window // 2)
+        if self.causal:  # gathered key s sits at offset s - c - p from query p
+            keep &= (np.arange(3 * c)[None, :] - c) <= np.arange(c)[:, None]
+        return keep
 
     def __call__(
         self,

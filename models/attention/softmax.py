@@ -27,6 +27,10 @@ Shapes (B batch, L length, D model dim, H heads, E = qkv_dim, d_h = E / H):
 * ``"fused"``: ``jax.nn.dot_product_attention`` with JAX's own choice (cuDNN or XLA); it
   has no attention-weight dropout, so it requires ``dropout_rate=0``.
 
+Causal mode (``causal=True``, for next-token pretraining, issue 28): query i sees only keys
+j <= i, on every path: a lower-triangular mask on the plain and chunked paths,
+``is_causal=True`` on the fused and cuDNN ones. The parameters do not depend on it.
+
 Masked keys get the most negative finite value of the activation dtype instead of
 ``-inf``, so a row whose keys are all padding gives uniform weights, not NaN. Everything is
 computed in the dtype of ``x`` and the parameters (bfloat16 works when both are bfloat16).
@@ -39,7 +43,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lra.models.attention.chunked_softmax import DEFAULT_BLOCK, query_chunked_attention
-from lra.models.attention.common import MultiHeadAttention, check_int
+from lra.models.attention.common import MultiHeadAttention, causal_keep, check_int, mask_logits
 from lra.models.registry import register
 
 __all__ = ["CHUNKED_MIN_LENGTH", "IMPLEMENTATIONS", "SoftmaxAttention", "choose_implementation"]
@@ -96,8 +100,10 @@ class SoftmaxAttention(MultiHeadAttention):
         dropout_rate: float = 0.0,
         implementation: str = "auto",
         block_size: int = DEFAULT_BLOCK,
+        causal: bool = False,
     ):
         self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
+        self.causal = bool(causal)
         check_int(self.label, "block_size", block_size)
         self.block_size = block_size
         if implementation not in IMPLEMENTATIONS:
@@ -150,13 +156,20 @@ class SoftmaxAttention(MultiHeadAttention):
             lengths = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=-1), 1)
             try:
                 y = jax.nn.dot_product_attention(
-                    q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
+                    q,
+                    k,
+                    v,
+                    key_value_seq_lengths=lengths,
+                    implementation="cudnn",
+                    is_causal=self.causal,
                 )
                 return self.out(self._merge(y))
             except (NotImplementedError, ValueError, RuntimeError, TypeError):
                 pass  # shapes or GPU cuDNN cannot take: the plain path below
         if chosen == "fused":
-            y = jax.nn.dot_product_attention(q, k, v, mask=mask.astype(bool)[:, None, None, :])
+            y = jax.nn.dot_product_attention(
+                q, k, v, mask=mask.astype(bool)[:, None, None, :], is_causal=self.causal
+            )
             return self.out(self._merge(y))
         q = q * jnp.asarray(self.head_dim**-0.5, q.dtype)
         if chosen == "chunked":
@@ -168,7 +181,12 @@ class SoftmaxAttention(MultiHeadAttention):
                 block=self.block_size,
                 dropout_rate=self.dropout.rate if dropping else 0.0,
                 dropout_key=rngs.dropout() if dropping else None,
+                causal=self.causal,
             )
             return self.out(self._merge(y))
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k)
-        return self.out(self._merge(self._attend(logits, v, mask, deterministic, rngs)))
+        if not self.causal:
+            return self.out(self._merge(self._attend(logits, v, mask, deterministic, rngs)))
+        keep = mask.astype(bool)[:, None, None, :] & jnp.asarray(causal_keep(q.shape[1]))
+        logits = mask_logits(logits, keep)
+        return self.out(self._merge(self._attend(logits, v, None, deterministic, rngs)))

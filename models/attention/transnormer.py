@@ -72,6 +72,13 @@ them. Appending padding leaves every real position (and so every rotation) uncha
 Dropout: Diag drops the block weights (as the authors do). Norm has no weight matrix; its
 ``dropout_rate`` is applied to the normalised output before the output projection.
 
+Causal mode (``causal=True``, both mechanisms; the causal TransNormer of the paper's
+language models): Norm's product becomes the prefix sum O_i = Norm(phi(q_i) sum_{j<=i}
+phi(k_j) v_j^T) (:func:`lra.models.attention.common.causal_linear_context`; LRPE rotations
+depend on positions only, so they stay causal); Diag's block attention keeps only the keys
+j <= i of the query's own block (a lower-triangular mask inside each block). The parameters do
+not depend on it.
+
 Padding: Norm multiplies phi(K) by the mask after the feature map (elu(0) + 1 = 1) and before
 phi(K)^T V; nothing depends on L. Diag excludes padded keys inside each block (finite
 large-negative logits for softmax, zeroed weights for relu), and blocks start at position 0,
@@ -89,6 +96,8 @@ from flax import nnx
 
 from lra.models.attention.common import (
     MultiHeadAttention,
+    causal_keep,
+    causal_linear_context,
     from_blocks,
     linear_context,
     mask_logits,
@@ -161,9 +170,11 @@ class NormAttention(MultiHeadAttention):
         kernel: str = "1+elu",
         norm_type: str = "layernorm",
         lrpe: bool = False,
+        causal: bool = False,
     ):
         qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         _check_bool(self.label, "lrpe", lrpe)
+        self.causal = bool(causal)
         if kernel not in KERNELS:
             raise ValueError(
                 f"{self.label}: kernel must be one of {tuple(KERNELS)}, got {kernel!r}"
@@ -187,7 +198,11 @@ class NormAttention(MultiHeadAttention):
         q, k = phi(q), phi(k)
         if self.lrpe:
             q, k = lrpe_rotate(q), lrpe_rotate(k)
-        y = self._merge(linear_context(q, zero_padded(k, mask), v))
+        k = zero_padded(k, mask)
+        if self.causal:
+            y = self._merge(causal_linear_context(q, k, v)[0])
+        else:
+            y = self._merge(linear_context(q, k, v))
         y = self.dropout(self.norm(y), deterministic=deterministic, rngs=rngs)
         return self.out(y)
 
@@ -213,9 +228,11 @@ class DiagAttention(MultiHeadAttention):
         block_size: int = 64,
         norm_type: str = "layernorm",
         lrpe: bool = False,
+        causal: bool = False,
     ):
         qkv_dim = self._init_heads(dim, num_heads, max_len, qkv_dim, dropout_rate)
         _check_bool(self.label, "lrpe", lrpe)
+        self.causal = bool(causal)
         if score not in SCORES:
             raise ValueError(f"{self.label}: score must be one of {SCORES}, got {score!r}")
         if not isinstance(block_size, int) or block_size < 1:
@@ -244,6 +261,8 @@ class DiagAttention(MultiHeadAttention):
         if self.lrpe:  # positions 0 .. C-1 inside each block, as the authors rotate blocks
             q, k = lrpe_rotate(q), lrpe_rotate(k)
         real_key = to_blocks(mask.astype(bool), c)[:, None, :, None, :]  # [B, 1, G, 1, C]
+        if self.causal:  # [B, 1, G, C, C]: key j <= query i inside the block
+            real_key = real_key & jnp.asarray(causal_keep(c))
 
         logits = jnp.einsum("bgqhd,bgkhd->bhgqk", q, k)
         if self.score == "softmax":

@@ -37,6 +37,12 @@ LRA models follow S5's deep-SSM set-up, whose LRA runs are bidirectional (linder
 ``bin/run_experiments/run_lra_*.sh``: ``--bidirectional=True``); the LRU paper's own
 hyperparameter tables were not at hand to confirm its flag, as the config says.
 
+Causal mode (``causal=True``, for next-token pretraining, issue 28): only the forward (causal)
+direction runs; y = Re(C_f h_f) + D x. The parameters are those of ``bidirectional`` (the
+backward direction's stay, unused and untrained, so a causal-pretrained encoder loads into a
+bidirectional classifier with the same parameter tree). With ``bidirectional=False`` the layer
+is causal already and ``causal`` changes nothing.
+
 Options (defaults in configs/model/lru.yaml): ``state_size`` N, ``r_min``, ``r_max``,
 ``max_phase``, ``bidirectional``. ``num_heads`` and ``qkv_dim`` are accepted for the contract
 and unused (the LRU has no heads). ``dropout_rate`` (the harness's attention dropout) drops the
@@ -211,10 +217,12 @@ class LRU(nnx.Module):
         r_max: float = 0.999,
         max_phase: float = 2 * math.pi,
         bidirectional: bool = True,
+        causal: bool = False,
     ):
         check_int(LABEL, "dim", dim)
         check_int(LABEL, "state_size", state_size)
         check_dropout(LABEL, dropout_rate)
+        self.causal = bool(causal)
         if not 0.0 <= r_min < r_max <= 1.0:
             raise ValueError(f"{LABEL}: need 0 <= r_min < r_max <= 1, got {r_min}, {r_max}")
         if not 0.0 < max_phase <= 2 * math.pi + 1e-6:
@@ -241,7 +249,7 @@ class LRU(nnx.Module):
         check_call(LABEL, x, mask, deterministic, rngs, needs="dropout")
         x0 = zero_padded(x, mask)
         y = self.forward(x0)
-        if self.backward is not None:
+        if self.backward is not None and not self.causal:
             y = y + reverse_real(self.backward(reverse_real(x0, mask)), mask)
         y = self.dropout(y, deterministic=deterministic, rngs=rngs)
         y = y + self.D[...].astype(jnp.float32) * x0.astype(jnp.float32)

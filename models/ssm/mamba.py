@@ -37,6 +37,12 @@ scan over 2E side-by-side channels saved ~15% of the compile time but took ~27% 
 (measured on CPU), and memory is what the harness reports. ``bidirectional=False`` is the causal
 Mamba block of the paper.
 
+Causal mode (``causal=True``, for next-token pretraining, issue 28): only the forward (causal)
+direction runs; out = out_proj(y_f * SiLU(z)), the causal Mamba block (y_f not halved). The
+parameters are those of ``bidirectional`` (the backward direction's stay, unused and untrained,
+so a causal-pretrained encoder loads into a bidirectional classifier with the same parameter
+tree). With ``bidirectional=False`` the layer is causal already and ``causal`` changes nothing.
+
 Options (defaults in configs/model/mamba.yaml): ``state_size`` (16), ``expand`` (2),
 ``d_conv`` (4), ``dt_rank`` ("auto" or an int), ``dt_min`` (0.001), ``dt_max`` (0.1),
 ``dt_init_floor`` (1e-4), ``dt_scale`` (1.0), ``bidirectional``. ``num_heads`` and ``qkv_dim``
@@ -240,8 +246,10 @@ class Mamba(nnx.Module):
         dt_init_floor: float = 1e-4,
         dt_scale: float = 1.0,
         bidirectional: bool = True,
+        causal: bool = False,
     ):
         check_int(LABEL, "dim", dim)
+        self.causal = bool(causal)
         check_int(LABEL, "state_size", state_size)
         check_int(LABEL, "expand", expand)
         check_int(LABEL, "d_conv", d_conv)
@@ -287,7 +295,7 @@ class Mamba(nnx.Module):
         inner, z = jnp.split(self.in_proj(x), 2, axis=-1)
         inner = zero_padded(inner, mask)
         y = self.forward(inner, mask)
-        if self.backward is not None:
+        if self.backward is not None and not self.causal:
             y_b = reverse_real(self.backward(reverse_real(inner, mask), mask), mask)
             y = 0.5 * (y + y_b)
         y = y * jax.nn.silu(z.astype(jnp.float32))

@@ -44,6 +44,12 @@ time-invariant system fed zeros stays at zero state, so the backward pass over t
 contributes nothing and the result at real tokens does not depend on how much padding
 follows.
 
+Causal mode (``causal=True``, for next-token pretraining, issue 28): only the forward (causal)
+direction runs; the anti-causal kernel K' is not added. The parameters are those of
+``bidirectional`` (the backward direction's stay, unused and untrained, so a causal-pretrained
+encoder loads into a bidirectional classifier with the same parameter tree). With
+``bidirectional=False`` the layer is causal already and ``causal`` changes nothing.
+
 Layer (the reference's ``S4D`` / ``FFTConv`` with ``activation=gelu``,
 ``final_act=glu``):
 
@@ -141,8 +147,10 @@ class S4D(nnx.Module):
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         bidirectional: bool = True,
+        causal: bool = False,
     ):
         label = "s4d"
+        self.causal = bool(causal)
         check_int(label, "dim", dim)
         check_int(label, "state_size", state_size, minimum=2)
         if state_size % 2:
@@ -198,7 +206,7 @@ class S4D(nnx.Module):
         n = u.shape[1]
         k = self.kernel(n)
         full = jnp.pad(k[0], ((0, 0), (0, n)))  # [H, 2L]
-        if self.bidirectional:
+        if self.bidirectional and not self.causal:
             full = full + jnp.pad(k[1][:, ::-1], ((0, 0), (n, 0)))
         u_f = jnp.fft.rfft(u, n=2 * n, axis=1)  # [B, L+1, H]
         k_f = jnp.fft.rfft(full, n=2 * n, axis=-1).T  # [L+1, H]

@@ -32,6 +32,12 @@ real tokens reversed with :func:`lra.models.ssm.common.reverse_real`, then rever
 and has its own C (``c2``): y_t = 2 Re (C1 x_t + C2 x'_t) + D u_t with
 x'_t = Lambda_bar x'_{t+1} + B_bar u_t. Padded inputs are zeroed before the scans.
 
+Causal mode (``causal=True``, for next-token pretraining, issue 28): only the forward (causal)
+direction runs; the backward scan and its ``c2`` are skipped. The parameters are those of
+``bidirectional`` (the backward direction's stay, unused and untrained, so a causal-pretrained
+encoder loads into a bidirectional classifier with the same parameter tree). With
+``bidirectional=False`` the layer is causal already and ``causal`` changes nothing.
+
 Layer output (``activation``, the reference's ``activation_fn``):
 
     gelu:       out = GELU(y)
@@ -112,8 +118,10 @@ class S5(nnx.Module):
         dt_max: float = 0.1,
         bidirectional: bool = True,
         activation: str = "half_glu2",
+        causal: bool = False,
     ):
         label = "s5"
+        self.causal = bool(causal)
         check_int(label, "dim", dim)
         check_int(label, "state_size", state_size, minimum=2)
         check_int(label, "blocks", blocks)
@@ -187,7 +195,7 @@ class S5(nnx.Module):
         bu = jnp.einsum("blh,ph->blp", u.astype(jnp.complex64), b_bar)  # [B, L, P/2]
         xs = linear_recurrence(lambda_bar[None, None, :], bu)
         y = jnp.einsum("blp,hp->blh", xs, _complex(self.c1[...])).real
-        if self.bidirectional:
+        if self.bidirectional and not self.causal:
             back = reverse_real(
                 linear_recurrence(lambda_bar[None, None, :], reverse_real(bu, mask)), mask
             )
