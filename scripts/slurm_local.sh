@@ -15,6 +15,10 @@
 # Settings for quick tests: a requeued job may start again after 30 s instead of 120 s
 # (AuthInfo=cred_expire), finished jobs stay visible to squeue for 5 minutes (MinJobAge), and
 # SlurmctldParameters=preempt_send_user_signal makes pre-emption send the warning signal.
+# Time limits and their warning signal (sbatch --signal=USR2@S) are checked on slurmctld's
+# fixed 30 s pass (PERIODIC_TIMEOUT, compiled in; no slurm.conf setting shortens it), so the
+# signal comes up to 30 s after it is due: tests/test_slurm.py brings a job's limit forward
+# with `scontrol update JobId=.. TimeLimit=..` and waits for one pass.
 set -u
 
 CONF_DIR=/etc/slurm

@@ -2,11 +2,14 @@
 
 ``hydra/launcher=slurm`` submits each sweep job as a SLURM job (an array for several), and
 these tests drive the cluster the way a scheduler and a user do: a sweep with a failing job,
-pre-emption (SLURM's warning signal USR2 -> checkpoint -> submitit's requeue -> resume),
-cancellation (``scancel``'s SIGTERM -> checkpoint; the rerun sweep resumes), and a run in two
-SLURM tasks (``jax.distributed`` from SLURM's environment). Without SLURM (``sinfo`` not on
-PATH, or no node taking jobs) they skip, except in CI (``CI=true``), which starts the cluster
-first and where they fail instead.
+pre-emption (SLURM's warning signal USR2 -> checkpoint -> submitit's requeue -> resume), a
+time limit (the same, with the signal sent by SLURM before the limit, counted against
+``max_num_timeout``), cancellation (``scancel``'s SIGTERM -> checkpoint; the sweep's one line
+for it and exit 1; the rerun sweep resumes), and a run in two SLURM tasks
+(``jax.distributed`` from SLURM's environment). Requeued jobs are released at once
+(``scontrol update StartTime=now``) instead of after SLURM's begin-time delay. Without
+SLURM (``sinfo`` not on PATH, or no node taking jobs) they skip, except in CI
+(``CI=true``), which starts the cluster first and where they fail instead.
 """
 
 import json
@@ -64,7 +67,10 @@ def slurm_node():
 
 
 def lra_sweep(data_dir, root: Path, *overrides: str, background=False):
-    """``lra-train -m`` on SLURM of the small listops_tiny run, records and sweep in ``root``."""
+    """``lra-train -m`` on SLURM of the small listops_tiny run, records and sweep in ``root``.
+
+    It asks SLURM for its jobs' states every second (``LRA_SLURM_POLL_S``; 15 s by default),
+    to see a cancelled job at once."""
     command = [
         str(BIN / "lra-train"),
         "-m",
@@ -77,13 +83,11 @@ def lra_sweep(data_dir, root: Path, *overrides: str, background=False):
         *SMALL_RUN,
         *overrides,
     ]
+    env = {**os.environ, "LRA_SLURM_POLL_S": "1"}
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "env": env}
     if background:
-        return subprocess.Popen(
-            command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    return subprocess.run(
-        command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=420
-    )
+        return subprocess.Popen(command, cwd=root, **pipes)
+    return subprocess.run(command, cwd=root, timeout=420, **pipes)
 
 
 def wait_for(predicate, proc, timeout=240.0, what="") -> None:
@@ -113,13 +117,30 @@ def squeue_state(job_id: str) -> str:
     return out.stdout.strip()
 
 
-def release_when_requeued(job_id: str, proc, timeout=120.0) -> None:
-    """Let a requeued job start now instead of after SLURM's begin-time delay."""
+def release_when_requeued(job_id: str, proc, *settings: str, timeout=120.0) -> None:
+    """Let a requeued job start now instead of after SLURM's begin-time delay (and change
+    its ``settings``, e.g. ``TimeLimit=5``, before it does)."""
     deadline = time.monotonic() + timeout
     while squeue_state(job_id) != "PENDING":
         assert proc.poll() is None and time.monotonic() < deadline, "the job was not requeued"
         time.sleep(0.2)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+    command = ["scontrol", "update", f"JobId={job_id}", *settings, "StartTime=now"]
+    subprocess.run(command, check=True)
+
+
+def seconds_run(job_id: str) -> int:
+    """How long the job has run, from squeue's ``[days-][hours:]minutes:seconds``."""
+    used = subprocess.run(
+        ["squeue", "--noheader", "--format=%M", f"--jobs={job_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    days, _, clock = used.rpartition("-")
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = 60 * seconds + int(part)
+    return seconds + 86400 * int(days or 0)
 
 
 def records_in(folder: Path) -> dict[int, dict]:
@@ -213,6 +234,61 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_to_the_same_record(
     print(output)  # the console of a pre-empted sweep, for the curious (pytest -s)
 
 
+def test_time_limit_warning_checkpoints_requeues_and_the_run_finishes_within_max_num_timeout(
+    listops_tiny_dir, tmp_path, uninterrupted
+):
+    """A job at its time limit: SLURM sends the warning signal (USR2) ``signal_delay_s``
+    before the limit, the run saves at the next step, submitit counts a timeout (one of
+    ``max_num_timeout``) and requeues the job, and the requeued job resumes and ends with the
+    uninterrupted run's record.
+
+    slurmctld checks time limits, and sends this signal, on a fixed 30 s pass
+    (``PERIODIC_TIMEOUT`` in its source, not a slurm.conf setting): the signal comes at the
+    first pass once it is due, 0-30 s later (its man page: "up to 60 seconds earlier than
+    specified"). To wait for one pass only, and to find the run still training when it
+    comes whatever the machine's speed, the test holds the run after its first checkpoint
+    (``scancel --signal=STOP``: SLURM marks the job STOPPED) and brings the limit forward
+    (``scontrol update TimeLimit``) so that the warning is due at once; SLURM sends SIGCONT
+    before its warning signal, which wakes the run. The requeued job gets its 5 minutes
+    back (else its warning would be due at once too) and starts without the begin-time
+    delay."""
+    records, sweep = tmp_path / "records", tmp_path / "sweep"
+    limits = [
+        "hydra.launcher.timeout_min=5",
+        "hydra.launcher.signal_delay_s=120",
+        "hydra.launcher.max_num_timeout=1",
+    ]
+    proc = lra_sweep(listops_tiny_dir, tmp_path, "seed=0", *LONG, *limits, background=True)
+    job = None
+    try:
+        wait_for(checkpoint_of(records, 0), proc, what="the first checkpoint")
+        job = slurm_job_id(sweep)
+        subprocess.run(["scancel", "--signal=STOP", job], check=True)
+        # The limit 61-120 s ahead: past slurmctld's next pass, and the warning (120 s
+        # before the limit) due at that pass.
+        minutes = seconds_run(job) // 60 + 2
+        subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"], check=True)
+        release_when_requeued(job, proc, "TimeLimit=5")
+        output = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:  # failed on the way: leave no stopped job behind
+            proc.kill()
+            if job is not None:
+                subprocess.run(["scancel", job])
+    assert proc.returncode == 0, output
+    record = records_in(records)[0]
+    [resumed] = record["resumed_from"]
+    assert resumed["step"] > 50  # saved at the signal, past the periodic save
+    assert_same_result(record, uninterrupted[0])
+    log = (sweep / "0" / "lra.log").read_text()  # both attempts of the job
+    assert f"stopped by SIGUSR2 at step {resumed['step']}" in log
+    assert "this job is timed-out" in log  # submitit: at the time limit, not pre-empted
+    assert f"Requeued job {job} (0 remaining timeouts)" in log  # max_num_timeout=1: one left
+    assert f"SLURM jobs: 1 done; requeued so far: {job} 1x" in output
+    assert "failed" not in output  # nor was the STOPPED job taken for ended
+    assert_quiet_console(output)
+
+
 def test_cancelled_job_checkpoints_and_the_rerun_sweep_resumes_it_and_skips_the_finished(
     listops_tiny_dir, tmp_path, uninterrupted
 ):
@@ -220,12 +296,22 @@ def test_cancelled_job_checkpoints_and_the_rerun_sweep_resumes_it_and_skips_the_
     proc = lra_sweep(listops_tiny_dir, tmp_path, "seed=0,1", *LONG, background=True)
     try:
         wait_for(checkpoint_of(records, 1), proc, what="job 1's first checkpoint")
-        subprocess.run(["scancel", slurm_job_id(sweep, 1)], check=True)  # SIGTERM, no requeue
+        job = slurm_job_id(sweep, 1)
+        subprocess.run(["scancel", job], check=True)  # SIGTERM, no requeue
         output = proc.communicate(timeout=300)[0]
     finally:
         proc.kill()
-    assert proc.returncode != 0  # the launcher reports the cancelled job
-    assert "CANCELLED" in output, output
+    # The sweep ends with its summary, exit 1 and one line for the cancelled job (not
+    # submitit's traceback and the job's error log).
+    assert proc.returncode == 1, output
+    assert "Traceback" not in output and "UncompletedJobError" not in output, output
+    rows = json.loads((sweep / "summary.json").read_text())
+    assert [(r["seed"], r["status"]) for r in rows] == [(0, "done"), (1, "cancelled")]
+    [line] = [line for line in output.splitlines() if line.startswith("job 1 (cancelled): ")]
+    assert line == f"job 1 (cancelled): {rows[1]['error']}"
+    assert f"SLURM job {job} was cancelled: stopped by SIGTERM at step" in line
+    assert line.endswith("rerun the same command to resume"), line
+    assert "1 cancelled, 1 done." in output
     assert sorted(records_in(records)) == [0]
     log = (sweep / "1" / "lra.log").read_text()
     assert "stopped by SIGTERM at step" in log and "checkpoint saved" in log

@@ -26,6 +26,7 @@ import fcntl
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from lra.device.measure import jax_backends_started
@@ -140,14 +141,28 @@ def pin_local_gpu(wait_s: float = 30.0) -> str | None:
 # --- Following a sweep's SLURM jobs (hydra/launcher=slurm) ------------------------------------
 
 #: How often (at most every this many seconds) the launching process asks SLURM for the states
-#: of its jobs; submitit's own watcher backs off to once every 10 minutes.
+#: of its jobs (``$LRA_SLURM_POLL_S`` if set); submitit's own watcher backs off to once every
+#: 10 minutes. A job that writes its result is seen within a second whatever this is; a job
+#: that ends without one (cancelled, timed out) is seen at the next poll.
 SLURM_POLL_S = 15.0
 _SLURM_CATEGORIES = ("pending", "running", "requeued", "done", "failed")
-_RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+# STOPPED: sent SIGSTOP (``scancel --signal=STOP``), still holding its node; not an end.
+_RUNNING_STATES = {
+    "RUNNING",
+    "COMPLETING",
+    "CONFIGURING",
+    "STAGE_OUT",
+    "SIGNALING",
+    "RESIZING",
+    "STOPPED",
+}
 # squeue's fields for the watcher (--Format names), as submitit's sacct columns and one more.
 SQUEUE_FIELDS = ("JobArrayID", "State", "NodeList", "RestartCnt")
 SQUEUE_HEADER = b"JobID|State|NodeList|RestartCnt\n"
 _REQUEUED_STATES = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED"}
+_WAITING_STATES = {"PENDING", "UNKNOWN", "READY", "SUSPENDED", "RESV_DEL_HOLD"}
+# A job in any of these has not ended (submitit's own list lacks STOPPED and SUSPENDED).
+_LIVE_STATES = _RUNNING_STATES | _REQUEUED_STATES | _WAITING_STATES
 
 
 class SlurmJobBoard:
@@ -171,7 +186,7 @@ class SlurmJobBoard:
             return "running"
         if state in _REQUEUED_STATES or (state == "PENDING" and (job_id in self._ran or restarts)):
             return "requeued"
-        if state in {"PENDING", "UNKNOWN", "READY", "SUSPENDED", "RESV_DEL_HOLD"}:
+        if state in _WAITING_STATES:
             return "pending"
         return "done" if state == "COMPLETED" else "failed"
 
@@ -208,6 +223,13 @@ class SlurmJobBoard:
             self._show(line)
 
 
+def _sweep_jobs(registered) -> list[str]:
+    """The ids of a sweep's jobs among those submitit registered: not an array's own id
+    (submitit registers it too, and squeue never shows it: its tasks stand for it)."""
+    arrays = {j.split("_")[0] for j in registered if "_" in j}
+    return [j for j in registered if j not in arrays]
+
+
 def _job_order(job_id: str) -> tuple:
     return tuple(int(p) if p.isdigit() else 0 for p in job_id.split("_"))
 
@@ -219,7 +241,16 @@ def _squeue_command(sacct_command: list[str]) -> list[str]:
     return ["squeue", "--states=all", "--noheader", f"--Format={fields}", f"--jobs={','.join(ids)}"]
 
 
-def slurm_watcher(poll_s: float = SLURM_POLL_S):
+def slurm_poll_s() -> float:
+    """:data:`SLURM_POLL_S`, or ``$LRA_SLURM_POLL_S`` (seconds, at least 1) where set."""
+    value = os.environ.get("LRA_SLURM_POLL_S", "").strip()
+    try:
+        return max(1.0, float(value)) if value else SLURM_POLL_S
+    except ValueError:
+        raise ConfigError(f"LRA_SLURM_POLL_S={value!r} is not a number of seconds") from None
+
+
+def slurm_watcher(poll_s: float | None = None):
     """A submitit job-state watcher for clusters with or without accounting.
 
     submitit asks ``sacct`` for the states of its jobs; where accounting is disabled (small
@@ -227,8 +258,9 @@ def slurm_watcher(poll_s: float = SLURM_POLL_S):
     error`` warnings. This watcher says once that it follows the jobs with ``squeue``
     instead, and does so from then on: squeue shows a finished job for ``MinJobAge``
     seconds (default 300) and then forgets it, which this watcher reads as the job's end. It
-    polls at most every ``poll_s`` seconds and shows the jobs' states (:class:`SlurmJobBoard`)
-    whenever they change. Needs submitit (``pip install -e '.[cluster]'``).
+    polls at most every ``poll_s`` seconds (default :func:`slurm_poll_s`) and shows the
+    jobs' states (:class:`SlurmJobBoard`) whenever they change. Needs submitit
+    (``pip install -e '.[cluster]'``).
     """
     import subprocess
 
@@ -236,7 +268,7 @@ def slurm_watcher(poll_s: float = SLURM_POLL_S):
 
     class SweepWatcher(SlurmInfoWatcher):
         def __init__(self):
-            super().__init__(delay_s=int(poll_s))
+            super().__init__(delay_s=max(1, round(poll_s or slurm_poll_s())))
             self.use_squeue = False
             self.board = SlurmJobBoard()
             self._seen: set[str] = set()
@@ -263,6 +295,10 @@ def slurm_watcher(poll_s: float = SLURM_POLL_S):
                 return None
             return out.stdout
 
+        def is_done(self, job_id: str, mode: str = "standard") -> bool:
+            state = self.get_state(job_id, mode=mode)
+            return (state.split()[0].upper() if state else "UNKNOWN") not in _LIVE_STATES
+
         def update(self) -> None:
             command = self._make_command()
             if command is not None:
@@ -286,19 +322,116 @@ def slurm_watcher(poll_s: float = SLURM_POLL_S):
             for job_id in self._registered - self._finished:
                 if self.is_done(job_id, mode="cache"):
                     self._finished.add(job_id)
-            arrays = {j.split("_")[0] for j in self._registered if "_" in j}
-            jobs = {
-                j: self._info_dict.get(j, {})
-                for j in self._registered
-                if j not in arrays  # an array's own id: its tasks stand for it
-            }
+            jobs = {j: self._info_dict.get(j, {}) for j in _sweep_jobs(self._registered)}
             self.board.update(jobs)
 
     return SweepWatcher()
 
 
+#: Seconds to wait for the result file of a job that SLURM says ended without one (submitit
+#: waits 15 s for every job, for slow shared file systems).
+RESULT_GRACE_S = 2
+# SLURM's states for an end that writes no result file (squeue's and sacct's names).
+_ENDED_WITHOUT_RESULT = {
+    "CANCELLED",
+    "TIMEOUT",
+    "FAILED",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
+
+
+@dataclass
+class ClusterEnd:
+    """How a sweep job ended on SLURM without a result (``lra.run.sweep.cluster_ends``).
+
+    ``state``: SLURM's state (``CANCELLED``, ``TIMEOUT``, ...; ``FAILED`` where submitit
+    ended the job with an error, ``reason``, e.g. after ``max_num_timeout`` time limits);
+    ``slurm_job``: its id (``123``, or ``123_4`` in an array); ``log``: its error log.
+    """
+
+    state: str
+    slurm_job: str
+    reason: str
+    log: str
+
+
+def _job_state(job) -> str:
+    state = job.watcher.get_state(job.job_id, mode="cache")
+    return state.split()[0].upper() if state else "UNKNOWN"  # sacct: "CANCELLED by 0"
+
+
+def _last_line(error: Exception) -> str:
+    """submitit's error (for a failed job: its traceback) as its last meaningful line."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line and set(line) != {"-"}]
+    return lines[-1] if lines else type(error).__name__
+
+
+def _sweep_job(job) -> tuple[int, list[str]]:
+    """The sweep job number and overrides of a SLURM job of hydra-submitit-launcher.
+
+    Read from the job's submission, the launcher's call ``(overrides, job_dir_key, job_num,
+    job_id, singleton_state)``; if that cannot be read, the array index and no overrides.
+    """
+    try:
+        args = job.submission().args
+        return int(args[2]), [str(o) for o in args[0]]
+    except Exception:  # noqa: BLE001 - a best guess is enough for the summary row
+        _, _, index = job.job_id.partition("_")
+        return int(index) if index.isdigit() else 0, []
+
+
+def end_jobs_with_rows() -> None:
+    """Make submitit's ``SlurmJob.results`` (in this process) not raise for a job that ends
+    without a result.
+
+    hydra-submitit-launcher waits for its jobs' results in order and raises submitit's error
+    at the first job without one (cancelled with ``scancel``, killed at its time limit, out of
+    memory, on a failed node, or ended by submitit after ``max_num_timeout`` time limits): a
+    traceback and the job's whole error log, and no sweep summary. After this call such a
+    job's result is an empty, completed ``JobReturn``, and its :class:`ClusterEnd` goes to
+    ``lra.run.sweep.cluster_ends``: the summary shows it as the job's row with one line
+    (:func:`lra.run.sweep.cluster_end_row`), and ``lra-train -m`` still exits 1. Nor does it
+    wait 15 s for the result file of a job that SLURM says ended without one
+    (:data:`RESULT_GRACE_S`). (submitit makes its array jobs as ``SlurmJob`` whatever the
+    executor's ``job_class``, so the method itself is replaced, as the watcher is.)
+    """
+    from hydra.core.utils import JobReturn, JobStatus
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+    from submitit.slurm.slurm import SlurmJob
+
+    from lra.run import sweep
+
+    if getattr(SlurmJob.results, "ends_with_rows", False):
+        return
+    results_or_raise = SlurmJob.results
+
+    def results(self):
+        self.wait()
+        if not self._sub_jobs and not self.paths.result_pickle.exists():
+            if _job_state(self) in _ENDED_WITHOUT_RESULT:
+                self._results_timeout_s = RESULT_GRACE_S
+        try:
+            return results_or_raise(self)
+        except UncompletedJobError as err:
+            reason = _last_line(err) if isinstance(err, FailedJobError) else ""
+            state = "FAILED" if reason else _job_state(self)
+            end = ClusterEnd(state, self.job_id, reason, str(self.paths.stderr))
+            number, overrides = _sweep_job(self)
+            sweep.cluster_ends[number] = (end, overrides)
+            return [JobReturn(overrides=overrides, status=JobStatus.COMPLETED)]
+
+    results.ends_with_rows = True
+    SlurmJob.results = results
+
+
 def follow_slurm_jobs(hydra_cfg) -> bool:
-    """In the process that launches a SLURM sweep, use :func:`slurm_watcher`; True if it did.
+    """In the process that launches a SLURM sweep, use :func:`slurm_watcher` and
+    :func:`end_jobs_with_rows`; True if it did.
 
     ``hydra_cfg`` is the ``hydra`` config; other launchers are left alone. Call before the
     launcher submits the jobs (``SweepSummary.on_multirun_start``).
@@ -309,6 +442,7 @@ def follow_slurm_jobs(hydra_cfg) -> bool:
     from submitit.slurm.slurm import SlurmJob
 
     SlurmJob.watcher = slurm_watcher()
+    end_jobs_with_rows()
     return True
 
 
@@ -329,7 +463,8 @@ def show_final_slurm_states(wait_s: float = 10.0) -> None:
     while True:
         watcher._finished = set()  # ask for every job once more
         watcher.update()
-        states = [watcher._info_dict.get(j, {}).get("State", "") for j in watcher._registered]
+        jobs = _sweep_jobs(watcher._registered)
+        states = [watcher._info_dict.get(j, {}).get("State", "") for j in jobs]
         ended = all(s and s.split()[0] not in _RUNNING_STATES for s in states)
         if ended or time.monotonic() > deadline:
             return

@@ -19,6 +19,11 @@ command skips finished runs and resumes the interrupted one.
 On SLURM (``hydra/launcher=slurm``) the launching process follows its jobs with
 :func:`lra.run.cluster.follow_slurm_jobs`: one line each time their states change
 (pending, running, requeued, done, failed), and ``squeue`` where ``sacct`` does not work.
+A job that ends there without a result (``scancel``, a time limit, out of memory, ...) is
+handed over by :func:`lra.run.cluster.end_jobs_with_rows` (:data:`cluster_ends`) and
+becomes its row, ``cancelled`` or ``failed``, with one line: what happened, the SLURM job
+id, and that rerunning the same command resumes it. Every row that is not ``done`` or
+``skipped`` makes ``lra-train -m`` exit 1.
 """
 
 import json
@@ -37,8 +42,13 @@ STATUS_FILE = "job_status.json"
 COLUMNS = ("job", "model", "task", "seed", "status", "test_accuracy", "steps_per_sec", "record")
 log = logging.getLogger("lra.run.sweep")
 
-#: Failed jobs of the last sweep that ended in this process (read by ``lra-train``).
+#: Jobs of the last sweep that ended in this process neither done nor skipped (read by
+#: ``lra-train``, which then exits 1).
 failed_jobs = 0
+#: Jobs of the running sweep that ended on the cluster without a result, by job number:
+#: (``lra.run.cluster.ClusterEnd``: ``state``, ``slurm_job``, ``reason``, ``log``;
+#: the job's overrides).
+cluster_ends: dict = {}
 
 
 def _row(cfg, status: str, record: dict | None = None, error: str = "") -> dict:
@@ -85,6 +95,45 @@ def run_job(cfg, train, summarize) -> dict:
     return row
 
 
+def _override(overrides: list[str], key: str):
+    values = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key]
+    return values[-1] if values else None
+
+
+def cluster_end_row(job: int, end, row: dict | None, overrides: list[str]) -> dict:
+    """The row of sweep job ``job`` that ended on the cluster without a result (``end``, a
+    ``ClusterEnd``), from the row the job wrote, if it did (``interrupted``: it saved a
+    checkpoint on a signal), else from its ``overrides``; its error is one line."""
+    if end.state == "CANCELLED":
+        what = f"SLURM job {end.slurm_job} was cancelled"
+    elif end.reason:
+        what = f"SLURM job {end.slurm_job} failed ({end.reason})"
+    else:
+        what = f"SLURM job {end.slurm_job} ended {end.state}"
+    if row is not None and row.get("status") in ("done", "skipped", "failed"):
+        return row  # it finished (or failed) before SLURM ended it: its own row says it
+    if row is not None and row.get("status") == "interrupted":
+        error = f"{what}: {row['error']}"  # "stopped by ... at step N; checkpoint saved ..."
+    else:
+        seed = _override(overrides, "seed") or ""
+        row = {
+            "job": job,
+            "model": _override(overrides, "model"),
+            "task": _override(overrides, "task"),
+            "seed": int(seed) if seed.isdigit() else None,
+            "test_accuracy": None,
+            "steps_per_sec": None,
+            "record": "",
+            "overrides": list(overrides),
+        }
+        error = (
+            f"{what} (log: {end.log}); rerun the same command to resume it (from its last "
+            "checkpoint, if it saved one)"
+        )
+    status = "cancelled" if end.state == "CANCELLED" else "failed"
+    return {**row, "status": status, "error": error}
+
+
 def _cell(value) -> str:
     if value is None:
         return "-"
@@ -108,12 +157,18 @@ class SweepSummary(Callback):
     """Prints and stores the table of a multirun's jobs; counts the failed ones."""
 
     def _rows(self, sweep_dir: Path) -> list[dict]:
-        rows = [json.loads(p.read_text()) for p in sweep_dir.glob(f"*/{STATUS_FILE}")]
-        return sorted(rows, key=lambda row: row["job"])
+        rows = {}
+        for path in sweep_dir.glob(f"*/{STATUS_FILE}"):
+            row = json.loads(path.read_text())
+            rows[row["job"]] = row
+        for job, (end, overrides) in cluster_ends.items():
+            rows[job] = cluster_end_row(job, end, rows.get(job), overrides)
+        return [rows[job] for job in sorted(rows)]
 
     def on_multirun_start(self, config, **kwargs) -> None:
         from lra.run.cluster import follow_slurm_jobs  # imports JAX: only for a sweep
 
+        cluster_ends.clear()
         follow_slurm_jobs(config.hydra)  # SLURM: a quiet job watcher that shows the states
         for stale in Path(config.hydra.sweep.dir).glob(f"*/{STATUS_FILE}"):
             stale.unlink()  # rows of an earlier sweep into the same folder
@@ -129,5 +184,5 @@ class SweepSummary(Callback):
         table = summary_table(rows)
         write_atomic(sweep_dir / "summary.md", table)
         write_atomic(sweep_dir / "summary.json", json.dumps(rows, indent=2) + "\n")
-        failed_jobs = sum(row["status"] == "failed" for row in rows)
+        failed_jobs = sum(row["status"] not in ("done", "skipped") for row in rows)
         print(f"\nsweep summary ({sweep_dir / 'summary.md'}):\n{table}", flush=True)
