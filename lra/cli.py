@@ -60,6 +60,11 @@ def summarize(record: dict) -> str:
             f"  peak memory     {_mib(record['peak_memory_bytes'])} ({record['memory_source']})",
             f"  record          {record['record_path']}",
         ]
+        + (
+            [f"  pretraining     {record['pretrain_record_path']} (init {record['init']['kind']})"]
+            if record.get("pretrain_record_path")
+            else []
+        )
     )
 
 

@@ -29,7 +29,7 @@ def records_in(folder: Path) -> list[dict]:
 def test_help_lists_the_config_groups(tmp_path):
     out = cli("lra-train", "--help", cwd=tmp_path)
     assert out.returncode == 0
-    for group in ("model:", "task:", "trainer:", "protocol: lra_official, transnormer"):
+    for group in ("model:", "task:", "trainer:", "protocol: authors, lra_official, transnormer"):
         assert group in out.stdout
     # The harness's own help (app help template), not Hydra's generic one.
     assert out.stdout.startswith("lra-train: train one model on one Long-Range Arena task")

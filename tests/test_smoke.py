@@ -23,6 +23,7 @@ def test_two_models_train_and_beat_the_majority_class(tmp_path):
         "models=[transformer,my_attention]",
         "tasks=[listops_tiny]",
         "learn_steps=60",
+        "pretrain_rows=none",  # the self-pretraining row: tests/test_pretrain_runs.py
         f"data_dir={tmp_path / 'data'}",
         f"results_dir={tmp_path / 'smoke'}",
         cwd=tmp_path,
@@ -99,6 +100,7 @@ def test_default_budget_tabulates_accuracy_speed_and_size_and_a_rerun_skips(tmp_
         "models=[transformer]",
         "tasks=[listops_tiny]",
         'overrides=["trainer.num_steps=60","trainer.warmup_steps=6"]',
+        "pretrain_rows=none",
         f"data_dir={tmp_path / 'data'}",
         f"results_dir={tmp_path / 'smoke'}",
     ]

@@ -12,6 +12,12 @@ compilation cache, and the seed (already in the key). ``trainer.grad_accum`` sta
 commands that differ only in
 those keys share one run folder; any other difference gives another folder, so a
 checkpoint can never be resumed under a config it was not made with.
+
+Self-pretraining (``pretrain=masked|causal``, :mod:`lra.train.pretrain`): the ``pretrain`` block
+counts only when its objective is not ``none``. The pretraining stage's config carries
+``stage: pretrain`` and its own optimizer settings in ``trainer`` (not the fine-tuning ones);
+the fine-tuning stage's carries ``init.pretrain_run``, the pretraining run's key, so its
+identity follows the pretraining's and not the other way round.
 """
 
 import copy
@@ -56,9 +62,17 @@ NON_RESULT_TRAINER_KEYS = (
 def result_config(config: dict) -> dict:
     """``config`` (a resolved plain dict) without the keys that cannot change the result."""
     kept = {k: copy.deepcopy(v) for k, v in config.items() if k not in NON_RESULT_KEYS}
+    pretrain = kept.get("pretrain")
+    if isinstance(pretrain, dict) and pretrain.get("objective", "none") == "none":
+        # Self-pretraining off (configs/pretrain/none.yaml): its settings cannot change a
+        # result, and every run before the key existed keeps its identity.
+        del kept["pretrain"]
     trainer = kept.get("trainer")
     if isinstance(trainer, dict):
         kept["trainer"] = {k: v for k, v in trainer.items() if k not in NON_RESULT_TRAINER_KEYS}
+        if kept["trainer"].get("param_groups", 0) is None:
+            # One parameter group (the default): every run before the key keeps its identity.
+            del kept["trainer"]["param_groups"]
     return kept
 
 

@@ -14,8 +14,10 @@ record say which setting a run had:
   experiment files alike, and ignores an override that restates a file's value.
 * ``variant``: the model name, plus a short ``[key=value, ...]`` suffix listing
   the overrides: ``transformer`` or ``transformer[trainer.num_steps=20]``.
-* ``protocol``: the chosen protocol (``lra_official`` or ``transnormer``, see
-  ``configs/protocol/``) when nothing was overridden, else ``custom``.
+* ``protocol``: the chosen protocol (``lra_official``, ``transnormer`` or ``authors``, see
+  ``configs/protocol/``) when nothing was overridden, else ``custom``. A protocol's per model x
+  task file (``configs/protocol_model_task/``) is part of the reference config, so its values
+  are not overrides.
 """
 
 import json
@@ -98,6 +100,26 @@ def reference_config(choices: dict, config_name: str = "config") -> dict:
     return OmegaConf.to_container(compose_config(config_name, overrides), resolve=True)
 
 
+# The pretraining stage's trainer keys come from pretrain.* (lra.train.pretrain).
+_STAGE_KEYS = tuple(
+    f"trainer.{k}"
+    for k in ("learning_rate", "schedule", "warmup_steps", "num_steps", "decay_steps")
+)
+
+
+def _self_pretraining(config: dict, ignore: tuple) -> tuple[str, tuple]:
+    """The variant suffix of a self-pretraining stage (``+spt``, ``+spt-causal``; the
+    pretraining stage adds ``:pretrain``) and the override prefixes it explains."""
+    init, stage = config.get("init"), config.get("stage")
+    if init is None and stage is None:
+        return "", ignore
+    objective = config["pretrain"]["objective"]
+    suffix = "+spt" if objective == "masked" else f"+spt-{objective}"
+    if stage is not None:
+        return suffix + ":pretrain", (*ignore, "stage", "pretrain.mask_ratio", *_STAGE_KEYS)
+    return suffix, (*ignore, "init.")
+
+
 def describe_setting(
     config: dict, config_name: str = "config", choices=None, ignore: tuple[str, ...] = ()
 ) -> dict:
@@ -112,6 +134,9 @@ def describe_setting(
     ``custom``: nothing vouches that the run used a protocol's settings.
     """
     choices = choices or group_choices(config)
+    suffix, ignore = _self_pretraining(config, ignore)
+    if suffix:  # compare with the pretrain preset's own values; init is the suffix
+        choices = {**choices, "pretrain": config["pretrain"]["objective"]}
     try:
         overrides = diff_overrides(config, reference_config(choices, config_name))
         overrides = {k: v for k, v in overrides.items() if not k.startswith(ignore)}
@@ -120,7 +145,7 @@ def describe_setting(
         overrides = None
     return {
         "setting": result_hash(config),
-        "variant": variant_name(config["model"]["name"], overrides),
+        "variant": variant_name(config["model"]["name"] + suffix, overrides),
         "protocol": choices["protocol"] if overrides == {} else CUSTOM,
         "overrides": overrides,
     }

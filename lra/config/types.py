@@ -106,6 +106,11 @@ CpuCollectives = Literal["gloo", "mpi"]
 Split = Literal["train", "val", "test"]
 SmokeBudget = Literal["smoke", "default"]  # lra.measure.smoke
 ReportTasks = Literal["auto", "official", "tiny"]
+Protocol = Literal["lra_official", "transnormer", "authors"]  # configs/protocol/<name>.yaml
+PretrainObjective = Literal["none", "masked", "causal"]  # lra.train.objective
+PixelTarget = Literal["classify", "l1"]  # lra.train.objective: image-like tasks
+InitKind = Literal["masked", "causal"]  # lra.train.pretrain: the encoder's init
+Stage = Literal["pretrain"]  # lra.train.pretrain: stage 1's config
 ReportFigure = Literal["auto", True, False]  # lra.report.main: auto = when it can
 SoftmaxPath = Literal["plain", "chunked", "fused"]  # models/attention/softmax.py, forced paths
 
@@ -121,6 +126,17 @@ class MeshConfig:
 
 
 @dataclass
+class ParamGroupConfig:
+    """``trainer.param_groups.<group>``: a parameter group's own AdamW (lra.train.optim)."""
+
+    # One of the two: the group's own rate, or a factor of trainer.learning_rate (LRU's
+    # "LR factor"); the schedule's shape is trainer.*'s either way.
+    learning_rate: PositiveFloat | None = None
+    lr_factor: PositiveFloat | None = None
+    weight_decay: NonNegativeFloat = MISSING
+
+
+@dataclass
 class TrainerConfig:
     """``trainer.*``: configs/trainer/default.yaml; task and protocol files override it."""
 
@@ -131,6 +147,9 @@ class TrainerConfig:
     num_steps: PositiveInt = MISSING
     decay_steps: PositiveInt | None = MISSING  # cosine only: its horizon (None = num_steps)
     weight_decay: NonNegativeFloat = MISSING
+    # None = one group; else {group: ParamGroupConfig}, group one of lra.train.optim.GROUP_NAMES
+    # (ssm | ssm_a | ssm_b | ssm_dt | ssm_d): the SSM parameters' own lr and decay (issue 27)
+    param_groups: dict[str, ParamGroupConfig] | None = MISSING
     b1: Beta = MISSING
     b2: Beta = MISSING
     eps: NonNegativeFloat = MISSING
@@ -229,6 +248,28 @@ class ModelConfig:
 
 
 @dataclass
+class PretrainConfig:
+    """``pretrain.*``: configs/pretrain/ (lra.train.pretrain; Amos et al. 2024)."""
+
+    objective: Annotated[str, PretrainObjective] = MISSING
+    num_steps: PositiveInt = MISSING
+    mask_ratio: Fraction | None = MISSING  # None = the task family's (lra.train.objective)
+    learning_rate: PositiveFloat = MISSING
+    schedule: Annotated[str, Schedule] = MISSING
+    warmup_steps: NonNegativeInt = MISSING
+    pixel_target: Annotated[str, PixelTarget] = MISSING
+
+
+@dataclass
+class InitConfig:
+    """``init.*``: set by lra.train.pretrain on a fine-tuning stage's config (never in YAML):
+    the encoder starts from the selected checkpoint of the pretraining run ``pretrain_run``."""
+
+    kind: Annotated[str, InitKind] = MISSING
+    pretrain_run: str = MISSING  # the pretraining run's key (a folder of results_dir)
+
+
+@dataclass
 class DistributedConfig:
     """``distributed.*``: jax.distributed start-up (lra.train.parallel.initialize_distributed)."""
 
@@ -283,7 +324,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
-    protocol: str | None = MISSING  # lra_official | transnormer (configs/protocol/)
+    protocol: Annotated[str, Protocol] | None = MISSING  # configs/protocol/
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     seed: int = MISSING
     data_dir: str | None = MISSING
@@ -292,6 +333,10 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     rebuild: bool = MISSING
     compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    # Set by lra.train.pretrain on the configs of its stages only (no shipped YAML has them):
+    init: InitConfig | None = None  # the fine-tuning stage's pretrained encoder
+    stage: Annotated[str, Stage] | None = None  # "pretrain": the pretraining stage's config
 
 
 @dataclass
@@ -344,6 +389,7 @@ class SmokeConfig:
     steps: PositiveInt = MISSING
     learn_steps: NonNegativeInt = MISSING
     budget: Annotated[str, SmokeBudget] = MISSING  # lra.measure.smoke
+    pretrain_rows: Annotated[str, PretrainObjective] = MISSING  # self-pretraining rows: objective
     seed: int = MISSING
     data_dir: str | None = MISSING
     results_dir: str = MISSING
@@ -406,7 +452,14 @@ def _coordinator_with_ids(v: dict) -> str | None:
     )
 
 
+def _one_group_rate(v: dict) -> str | None:
+    if (v.get("learning_rate") is None) != (v.get("lr_factor") is None):
+        return None
+    return "trainer.param_groups: each group gives learning_rate or lr_factor (one of the two)"
+
+
 RELATIONS: dict[type, tuple[Callable[[dict], str | None], ...]] = {
+    ParamGroupConfig: (_one_group_rate,),
     TrainerConfig: (_decay_after_warmup, _accum_divides_batch),
     DistributedConfig: (_coordinator_with_ids,),
 }

@@ -653,7 +653,7 @@ def find_listops_dir(data_dir: Path, subdir: str) -> Path | None:
 
 
 def load_listops(
-    data_dir: Path, subdir: str, max_length: int, prepare_command: str
+    data_dir: Path, subdir: str, max_length: int, prepare_command: str, splits=tuple(SPLIT_FILES)
 ) -> dict[str, Split]:
     """Loads the train, val and test splits found by :func:`find_listops_dir`.
 
@@ -668,4 +668,8 @@ def load_listops(
             f"{Path(data_dir) / subdir} and {Path(data_dir) / 'lra_release' / subdir} "
             f"holding {', '.join(SPLIT_FILES.values())}); prepare it with: {prepare_command}"
         )
-    return {split: read_tsv(directory / name, max_length) for split, name in SPLIT_FILES.items()}
+    return {
+        split: read_tsv(directory / name, max_length)
+        for split, name in SPLIT_FILES.items()
+        if split in splits
+    }

@@ -118,7 +118,7 @@ def _expected_files(meta: dict) -> list[str]:
     return names
 
 
-def verify_prepared(folder: Path, rebuild_command: str) -> None:
+def verify_prepared(folder: Path, rebuild_command: str, splits=None) -> None:
     """Raise DataError unless every file ``meta.json`` lists is intact.
 
     Checks the sizes of all listed files first (cheap), then their SHA-256.
@@ -151,6 +151,8 @@ def verify_prepared(folder: Path, rebuild_command: str) -> None:
             f"prepared data in {folder} is damaged: {folder / META_FILE} does not list "
             f"{', '.join(unlisted)}; {fix}"
         )
+    if splits is not None:  # only these splits' files (self-pretraining never opens test)
+        files = {k: v for k, v in files.items() if k.split(".")[0] in splits}
     problems = []
     for name, entry in sorted(files.items()):
         path = folder / name
@@ -178,9 +180,14 @@ def verify_prepared(folder: Path, rebuild_command: str) -> None:
 
 
 def read_prepared(
-    folder: Path, max_length: int, command: str, rebuild_command: str | None = None
+    folder: Path,
+    max_length: int,
+    command: str,
+    rebuild_command: str | None = None,
+    splits: tuple[str, ...] = SPLITS,
 ) -> dict[str, Split]:
-    """Load a prepared folder as ``{"train", "val", "test"} -> Split``, memory-mapped.
+    """Load a prepared folder as ``{"train", "val", "test"} -> Split``, memory-mapped
+    (only ``splits``: the files of the others are not opened).
 
     Rows are cut to ``max_length`` (lengths clipped to match). ``command`` is
     the exact preparation command, named in the error when the folder is not
@@ -192,9 +199,9 @@ def read_prepared(
     meta = read_meta(folder)
     if meta is None:
         raise DataError(f"no prepared data in {folder}; prepare it with: {command}")
-    verify_prepared(folder, command if rebuild_command is None else rebuild_command)
-    splits = {}
-    for name in SPLITS:
+    verify_prepared(folder, command if rebuild_command is None else rebuild_command, splits)
+    wanted, splits = splits, {}
+    for name in (s for s in SPLITS if s in wanted):
         inputs, lengths = [], []
         for i in range(meta["num_inputs"]):
             tokens = np.load(folder / f"{name}.tokens{i}.npy", mmap_mode="r")
@@ -207,11 +214,15 @@ def read_prepared(
 
 
 def load_prepared(
-    task_cfg, data_dir: Path, command: str, rebuild_command: str | None = None
+    task_cfg,
+    data_dir: Path,
+    command: str,
+    rebuild_command: str | None = None,
+    splits: tuple[str, ...] = SPLITS,
 ) -> dict[str, Split]:
     """:func:`read_prepared` of the task's :func:`prepared_dir`, cut to ``task.max_length``."""
     return read_prepared(
-        prepared_dir(task_cfg, data_dir), task_cfg.max_length, command, rebuild_command
+        prepared_dir(task_cfg, data_dir), task_cfg.max_length, command, rebuild_command, splits
     )
 
 

@@ -143,20 +143,30 @@ def prepare_task(
     return folder
 
 
-def load_task(task_cfg, data_dir: Path) -> dict[str, Split]:
+def load_task(task_cfg, data_dir: Path, splits=("train", "val", "test")) -> dict[str, Split]:
     """Load the train/val/test splits of a prepared task (verified against its manifest).
 
     The validation split follows ``task.val_source`` (checked first, before any
     data is read; see the module docstring). Every returned split names the
-    stored split and rows it comes from (``Split.origin``, ``Split.rows``).
+    stored split and rows it comes from (``Split.origin``, ``Split.rows``). With ``splits``
+    ``("train", "val")`` (self-pretraining) no test split is returned and the test split's
+    files are never opened.
     """
     source = effective_val_source(task_cfg)
     kind = _dataset(task_cfg)
+    wanted = tuple(splits)
+    if "test" not in wanted and source == "test":
+        raise ConfigError(
+            f"task.val_source=test validates on the test split of {task_cfg.name}, which this "
+            "stage must not read; use task.val_source=train"
+        )
+    stored_splits = wanted if source == "official" else ("train", "test")[: 1 + ("test" in wanted)]
     stored = DATASETS[kind]["load"](
         task_cfg,
         data_dir,
         prepare_command(task_cfg.name, data_dir),
         rebuild_command(task_cfg.name, data_dir),
+        splits=stored_splits,
     )
     stored = {name: split.with_origin(name) for name, split in stored.items()}
     if source == "official":
@@ -187,7 +197,7 @@ def load_task(task_cfg, data_dir: Path) -> dict[str, Split]:
         VAL_SPLIT_SEED,
         len(train),
     )
-    return {"train": train, "val": val, "test": stored["test"]}
+    return {"train": train, "val": val, **({"test": stored["test"]} if "test" in wanted else {})}
 
 
 def allowed_val_sources(task_cfg) -> tuple[str, ...]:
@@ -281,13 +291,15 @@ def _prepare_listops(task_cfg, data_dir: Path, num_workers: int | None) -> Path:
 
 
 def _load_listops(
-    task_cfg, data_dir: Path, command: str, rebuild_cmd: str | None = None
+    task_cfg, data_dir: Path, command: str, rebuild_cmd: str | None = None, splits=store.SPLITS
 ) -> dict[str, Split]:
     """The stored form when prepared (verified; a damaged one names ``rebuild_cmd``), else
     the TSVs as they are (an official archive)."""
     if store.is_prepared(store.prepared_dir(task_cfg, data_dir)):
-        return store.load_prepared(task_cfg, data_dir, command, rebuild_cmd)
-    return listops.load_listops(data_dir, task_cfg.data_subdir, task_cfg.max_length, command)
+        return store.load_prepared(task_cfg, data_dir, command, rebuild_cmd, splits)
+    return listops.load_listops(
+        data_dir, task_cfg.data_subdir, task_cfg.max_length, command, splits
+    )
 
 
 def _lazy_prepare(module: str):

@@ -5,6 +5,9 @@ through :func:`lra.train.loop.train_and_evaluate` (a fresh run folder under ``re
 must keep a finite training loss; on ``listops_tiny`` the model trains ``learn_steps`` steps
 instead and its test accuracy must beat the majority class. Model and task names are found on
 Hydra's search path, so a model YAML in a user's ``--config-dir`` takes part like a built-in.
+With ``pretrain_rows=masked`` (the default; or ``causal``) each task also gets one self-pretraining
+row, ``<first model>+spt``: both stages of :mod:`lra.train.pretrain` at ``steps`` steps each
+(a finite loss is its check); ``pretrain_rows=none`` leaves these rows out.
 
 ``budget=default`` trains each pair at the default job's budget instead (the trainer's own
 steps, warm-up and evaluation; an interrupted run resumes and a finished one is reported
@@ -135,9 +138,13 @@ def _choose(given, group: str, default: list[str], what: str) -> list[str]:
     return chosen
 
 
-def _train_config(cfg, model: str, task: str, steps: int | None):
-    """The run's config: ``steps`` steps from scratch, or (None) the default job's budget."""
-    overrides = [
+def _train_config(cfg, model: str, task: str, steps: int | None, spt: str | None = None):
+    """The run's config: ``steps`` steps from scratch, or (None) the default job's budget;
+    with ``spt`` (masked or causal) self-pretrained first, on the same budget."""
+    overrides = [f"pretrain={spt}"] if spt else []
+    if spt and steps is not None:
+        overrides += [f"pretrain.num_steps={steps}", f"pretrain.warmup_steps={max(1, steps // 10)}"]
+    overrides += [
         f"model={model}",
         f"task={task}",
         f"seed={cfg.seed}",
@@ -159,14 +166,15 @@ def _train_config(cfg, model: str, task: str, steps: int | None):
     return compose(config_name="config", overrides=overrides)
 
 
-def _run(cfg, model: str, task: str) -> Row:
+def _run(cfg, model: str, task: str, spt: str | None = None) -> Row:
     full = cfg.budget == "default"
-    learns = task == LEARN_TASK and (full or int(cfg.learn_steps) > 0)
+    learns = task == LEARN_TASK and (full or int(cfg.learn_steps) > 0) and not spt
     steps = None if full else int(cfg.learn_steps) if learns else int(cfg.steps)
-    row = Row(model, task, steps or 0, checks_learning=learns)
+    name = model if not spt else f"{model}+spt" if spt == "masked" else f"{model}+spt-{spt}"
+    row = Row(name, task, steps or 0, checks_learning=learns)
     start = time.perf_counter()
     try:
-        train_cfg = _train_config(cfg, model, task, steps)
+        train_cfg = _train_config(cfg, model, task, steps, spt)
         row.steps = int(train_cfg.trainer.num_steps)
         record = train_and_evaluate(train_cfg)
         row.loss = record["history"][-1]["train_loss"] if record["history"] else None
@@ -199,6 +207,8 @@ def run_smoke(cfg) -> list[Row]:
         task_cfg = compose(config_name="config", overrides=[f"task={task}", *cfg.overrides]).task
         prepare_task(task_cfg, data_dir)
     rows = [_run(cfg, model, task) for task in task_names for model in model_names]
+    if cfg.pretrain_rows != "none":  # one self-pretraining row per task: the first model's
+        rows += [_run(cfg, model_names[0], task, cfg.pretrain_rows) for task in task_names]
     text = budget_table(rows) if cfg.budget == "default" else table(rows)
     store.ensure_writable(cfg.results_dir)
     write_atomic(cfg.table, text)

@@ -49,6 +49,16 @@ TRAIN_RECORD_KEYS = (
     "started_at",
     "wall_seconds",
     "config",
+    "init",  # {kind: scratch} or the self-pretraining it started from (lra.train.pretrain)
+)
+# Keys every self-pretraining stage's record (kind "pretrain") carries: no test split field.
+PRETRAIN_RECORD_KEYS = (
+    *(k for k in TRAIN_RECORD_KEYS if k not in ("test_accuracy", "val_accuracy", "init")),
+    "objective",
+    "mask_ratio",
+    "selected_val_loss",
+    "final_val_loss",
+    "history",
 )
 
 

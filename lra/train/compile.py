@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from lra.device import measure
 from lra.train import dropout_rng
 from lra.train.describe import softmax_implementations
-from lra.train.model import build_model, count_params, plain_softmax_kwargs
+from lra.train.model import build_model, count_params, plain_softmax_kwargs, pretraining
 from lra.train.optim import make_optimizer
 from lra.train.steps import TrainState, make_steps
 
@@ -89,7 +89,12 @@ def _formula_flops(cfg, state, example_batch, dropout_key, jit_options) -> float
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
     grad_accum = int(cfg.trainer.grad_accum)
     step, _ = make_steps(
-        graphdef, rest, make_optimizer(cfg.trainer), cfg.trainer.precision, grad_accum
+        graphdef,
+        rest,
+        make_optimizer(cfg.trainer),
+        cfg.trainer.precision,
+        grad_accum,
+        pretraining(cfg),
     )
     lowered = jax.jit(step, **jit_options).lower(state, example_batch, dropout_key)
     return train_step_flops(lowered.compile(), grad_accum)
@@ -132,7 +137,9 @@ def compile_steps(
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     tx = make_optimizer(cfg.trainer)
     grad_accum = int(cfg.trainer.grad_accum)
-    train_step, eval_step = make_steps(graphdef, rest, tx, cfg.trainer.precision, grad_accum)
+    train_step, eval_step = make_steps(
+        graphdef, rest, tx, cfg.trainer.precision, grad_accum, pretraining(cfg)
+    )
     state = TrainState(params, tx.init(params), jnp.zeros((), jnp.int32))
     dropout_key = dropout_rng.dropout_key(cfg.seed, cfg.trainer.dropout_rng)
     jit_options = {}

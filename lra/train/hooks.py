@@ -88,7 +88,9 @@ def log_and_validate(ctx: LoopContext, loop: LoopState, step: int) -> None:
 
 def validate(ctx: LoopContext, loop: LoopState, step: int) -> dict:
     """Evaluate on the validation split (``trainer.eval_batches`` of it); keep the best
-    parameters under ``trainer.selection=best_val`` (ties go to the earlier step)."""
+    parameters under ``trainer.selection=best_val`` (ties go to the earlier step). A
+    pretraining stage (``ctx.select_on_loss``) keeps the lowest validation loss: its
+    ``progress.best_accuracy`` then holds minus that loss."""
     val = evaluate(
         ctx.compiled.eval_step,
         loop.train.params,
@@ -100,8 +102,16 @@ def validate(ctx: LoopContext, loop: LoopState, step: int) -> dict:
     )
     log.info(f"step {step}: val accuracy {val['accuracy']:.4f} loss {val['loss']:.4f}")
     progress = loop.progress
-    if ctx.trainer.selection == "best_val" and val["accuracy"] > progress.best_accuracy:
-        progress.best_accuracy, progress.best_step = val["accuracy"], step
+    if ctx.select_on_loss:
+        score, better = (
+            -val["loss"],
+            progress.best_step == 0 or -val["loss"] > progress.best_accuracy,
+        )
+    else:
+        score = val["accuracy"]
+        better = ctx.trainer.selection == "best_val" and score > progress.best_accuracy
+    if better:
+        progress.best_accuracy, progress.best_step = score, step
         loop.best_params = host_copy(loop.train.params)
     return val
 

@@ -19,6 +19,13 @@ The loop's state is one :class:`lra.train.state.LoopState`; its periodic actions
 validate, checkpoint, stop) are :mod:`lra.train.hooks`; the steps are compiled by
 :mod:`lra.train.memory` (with the device-memory checks); the record's fields shared with
 benchmark records are :mod:`lra.train.fields`.
+
+Self-pretraining (``pretrain=masked|causal``) runs two such runs, :mod:`lra.train.pretrain`:
+a pretraining stage (``stage: pretrain``: the per-token model and objective of
+:mod:`lra.train.objective`, train and validation inputs only, selection by the lowest
+validation loss, a record of kind ``pretrain`` without any test field) and a fine-tuning
+stage (``init``: the classifier's encoder starts from the pretraining run's selected
+parameters, :func:`lra.train.pretrain.initial_state`).
 """
 
 import contextlib
@@ -52,7 +59,8 @@ from lra.train.describe import attention_sources, layers_description
 from lra.train.eval_loop import evaluate, majority_rate
 from lra.train.fields import compiled_fields, memory_fields, run_fields, setup_fields
 from lra.train.memory import compile_or_explain, out_of_memory, preflight
-from lra.train.optim import make_schedule
+from lra.train.model import pretraining
+from lra.train.optim import describe_param_groups, make_schedule
 from lra.train.parallel import Topology
 from lra.train.state import LoopContext, LoopState
 
@@ -86,7 +94,19 @@ def train_and_evaluate(cfg) -> dict:
     Returns the record with ``record_path`` set to the JSON file written; a run
     already finished (and ``trainer.skip_done``) returns its record with ``skipped``.
     Raises :class:`Interrupted` after saving a checkpoint when a stop signal came.
+    With ``pretrain.objective`` masked or causal, the two stages of
+    :func:`lra.train.pretrain.pretrain_then_finetune` (the fine-tuning stage's record).
     """
+    from lra.train import pretrain
+
+    if pretrain.is_two_stage(cfg):
+        return pretrain.pretrain_then_finetune(cfg, run_stage)
+    return run_stage(cfg)
+
+
+def run_stage(cfg) -> dict:
+    """One run of :func:`train_and_evaluate` (a classification run, or one self-pretraining
+    stage whose config :mod:`lra.train.pretrain` made)."""
     session_start, started_at = time.perf_counter(), store.utc_now()
     run, topology, cache_dir = _open_run(cfg)
     if done := _finished_record(cfg, run):
@@ -158,7 +178,9 @@ def _set_up(cfg, run: RunFolder, topology: Topology, cache_dir) -> Setup:
     if cfg.trainer.preflight:
         preflight(cfg, compiled, topology)
     peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
-    splits = load_task(cfg.task, Path(run.config["data_dir"]))
+    # A pretraining stage reads train and validation inputs only, never the test split.
+    wanted = ("train", "val") if pretraining(cfg) else ("train", "val", "test")
+    splits = load_task(cfg.task, Path(run.config["data_dir"]), splits=wanted)
     _check_lengths(cfg.task, splits)
     return Setup(cfg, run, topology, setting, compiled, compile_cache, peak_before, splits)
 
@@ -184,9 +206,12 @@ def _checkpoints(setup: Setup) -> Checkpoints:
 
 def _resume(setup: Setup, ckpts: Checkpoints, note: dict, session_start: float) -> LoopState:
     """The loop's state from the newest checkpoint (``trainer.resume``), or fresh."""
-    state, best_params, progress = start_or_resume(
-        ckpts, setup.compiled.state, setup.cfg.trainer.resume, note
-    )
+    fresh = setup.compiled.state
+    if setup.cfg.get("init") is not None and ckpts.latest_step() is None:
+        from lra.train.pretrain import initial_state
+
+        fresh = initial_state(setup.cfg, fresh)  # the pretrained encoder, checked
+    state, best_params, progress = start_or_resume(ckpts, fresh, setup.cfg.trainer.resume, note)
     if progress.step:
         log.info(f"resuming {setup.run.key} from step {progress.step} ({ckpts.folder})")
     state = setup.topology.replicate(state)
@@ -267,6 +292,7 @@ def _context(setup: Setup, start: int, ckpts, stop, trackers) -> LoopContext:
             num_steps,
             trainer.decay_steps,
         ),
+        select_on_loss=pretraining(setup.cfg) is not None,
     )
 
 
@@ -274,6 +300,11 @@ def _select_and_test(setup: Setup, loop: LoopState) -> tuple[dict, dict]:
     """The model ``trainer.selection`` picks (``val_accuracy``, ``selected_step``) and its
     accuracy and loss on the test split."""
     progress, topology = loop.progress, setup.topology
+    if pretraining(setup.cfg) is not None:  # the lowest validation loss; no test split
+        return {
+            "selected_val_loss": -progress.best_accuracy,
+            "selected_step": progress.best_step,
+        }, {}
     if setup.cfg.trainer.selection == "best_val":
         params, step, val_accuracy = loop.best_params, progress.best_step, progress.best_accuracy
     else:
@@ -318,10 +349,30 @@ def _record(setup: Setup, loop: LoopState, test: dict, *, code_version: str) -> 
     """The results record of a finished run (selection fields are added by the caller)."""
     cfg, run, progress, splits = setup.cfg, setup.run, loop.progress, setup.splits
     train_rate = progress.train_steps / progress.train_seconds if progress.train_seconds else None
+    objective = pretraining(cfg)
+    if objective is None:
+        from lra.train.pretrain import init_fields
+
+        result = {
+            "init": init_fields(cfg),
+            "test_accuracy": test["accuracy"],
+            "test_loss": test["loss"],
+            "test_majority_rate": majority_rate(splits["test"].labels),
+            "final_val_accuracy": progress.history[-1]["val_accuracy"],
+            "selection": cfg.trainer.selection,
+        }
+    else:
+        result = {
+            "objective": objective.objective,
+            "mask_ratio": objective.mask_ratio if objective.objective == "masked" else None,
+            "pixel_target": cfg.pretrain.pixel_target,
+            "final_val_loss": progress.history[-1]["val_loss"],
+            "selection": "lowest_val_loss",
+        }
     return {
         **run_fields(
             cfg,
-            "train",
+            "pretrain" if objective else "train",
             setting=setup.setting,
             config=run.config,
             code_version=code_version,
@@ -333,12 +384,9 @@ def _record(setup: Setup, loop: LoopState, test: dict, *, code_version: str) -> 
         **measure.environment(),
         "val_source": effective_val_source(cfg.task),
         "split_sizes": {name: len(split) for name, split in splits.items()},
-        "test_accuracy": test["accuracy"],
-        "test_loss": test["loss"],
-        "test_majority_rate": majority_rate(splits["test"].labels),
-        "final_val_accuracy": progress.history[-1]["val_accuracy"],
-        "selection": cfg.trainer.selection,
+        **result,
         "num_steps": int(cfg.trainer.num_steps),
+        "param_groups": describe_param_groups(cfg.trainer, setup.compiled.state.params),
         "train_steps_per_sec": train_rate,
         "eval_steps_per_sec": loop.eval_timer.steps_per_sec,
         "attention_sources": attention_sources(cfg),

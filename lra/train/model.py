@@ -30,10 +30,39 @@ def model_kwargs(cfg) -> dict:
     )
 
 
+def pretraining(cfg):
+    """The :class:`lra.train.objective.Pretraining` of a pretraining stage's config (``stage:
+    pretrain``, :mod:`lra.train.pretrain`), else None (a classification run)."""
+    if cfg.get("stage") != "pretrain":
+        return None
+    from lra.train.objective import Pretraining
+
+    return Pretraining.from_config(cfg)
+
+
+def predictor_kwargs(cfg, kwargs: dict | None = None) -> dict:
+    """:func:`lra.models.build_token_predictor`'s arguments for a pretraining stage: the
+    classifier's encoder arguments, the objective's vocabulary, outputs and causal mode."""
+    objective = pretraining(cfg)
+    kwargs = dict(kwargs or model_kwargs(cfg))
+    for key in ("num_classes", "pooling", "dual"):
+        kwargs.pop(key)
+    return dict(
+        kwargs,
+        vocab_size=objective.input_vocab,
+        outputs=objective.outputs,
+        causal=objective.causal,
+    )
+
+
 def build_model(cfg, rngs: nnx.Rngs, kwargs: dict | None = None) -> nnx.Module:
     """The classifier for ``cfg.model`` on ``cfg.task`` (or for ``kwargs``, a
-    :func:`model_kwargs` of it); config mistakes become ConfigError."""
+    :func:`model_kwargs` of it), or for a pretraining stage (``stage: pretrain``) the
+    per-token model :func:`lra.models.build_token_predictor`; config mistakes become
+    ConfigError."""
     try:
+        if pretraining(cfg) is not None:
+            return lra.models.build_token_predictor(**predictor_kwargs(cfg, kwargs), rngs=rngs)
         return lra.models.build_classifier(**(kwargs or model_kwargs(cfg)), rngs=rngs)
     except (lra.models.RegistryError, TypeError, ValueError) as err:
         raise ConfigError(f"cannot build model {cfg.model.name!r}: {err}") from err

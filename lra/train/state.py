@@ -106,6 +106,8 @@ class LoopContext:
     trackers: Trackers
     display: ProgressDisplay
     learning_rate: Callable[[int], Any]  # the optimizer's schedule, for the logs
+    # Select the lowest validation loss (self-pretraining) instead of the best accuracy.
+    select_on_loss: bool = False
 
     @property
     def num_steps(self) -> int:

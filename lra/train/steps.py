@@ -81,7 +81,12 @@ def _micro_batches(batch, grad_accum: int):
 
 
 def make_steps(
-    graphdef, rest, tx: optax.GradientTransformation, precision: str, grad_accum: int = 1
+    graphdef,
+    rest,
+    tx: optax.GradientTransformation,
+    precision: str,
+    grad_accum: int = 1,
+    objective=None,
 ):
     """``(train_step, eval_step)`` for a model structure, optimizer and precision.
 
@@ -92,16 +97,21 @@ def make_steps(
     with the ``hash`` generator the losses are the full batch's up to float rounding
     (with ``rbg``/``threefry`` the masks differ, as another seed's would). The eval
     step sums its metrics over the same K micro-batches.
+
+    ``objective`` (a :class:`lra.train.objective.Pretraining`, or None for classification)
+    turns the whole batch into inputs and per-position targets before it is cut into
+    micro-batches (masks keyed by the step), and sums the loss over the positions it counts.
     """
     check_value("trainer.precision", precision)
     dtype = PRECISIONS[precision]
+    weighted_metrics = _weighted_metrics if objective is None else objective.metrics
 
     def loss_sums(params, batch, dropout_key):
         rngs = nnx.Rngs(dropout=dropout_key)  # created inside the traced function
         logits = _forward(
             graphdef, params, rest, batch, deterministic=False, rngs=rngs, dtype=dtype
         )
-        loss_sum, correct, count = _weighted_metrics(logits, batch)
+        loss_sum, correct, count = weighted_metrics(logits, batch)
         return loss_sum, (correct, count)
 
     sums_and_grads = jax.value_and_grad(loss_sums, has_aux=True)
@@ -123,7 +133,11 @@ def make_steps(
 
     def train_step(state: TrainState, batch, key):
         dropout_key = jax.random.fold_in(key, state.step)
+        if objective is not None:
+            batch = objective.prepare(batch, objective.key(state.step))
         loss_sum, correct, count, grad_sums = batch_gradients(state.params, batch, dropout_key)
+        if objective is not None:  # a batch may, rarely, mask no position
+            count = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / count, grad_sums)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -136,13 +150,15 @@ def make_steps(
 
     def eval_sums(params, batch):
         logits = _forward(graphdef, params, rest, batch, deterministic=True, rngs=None, dtype=dtype)
-        loss_sum, correct, count = _weighted_metrics(logits, batch)
+        loss_sum, correct, count = weighted_metrics(logits, batch)
         return {"loss_sum": loss_sum, "correct": correct, "count": count}
 
     def eval_step(params, batch):
         """Summed loss, correct count and weight count of ``batch``: in ``grad_accum``
         micro-batches (a ``lax.scan``) like the train step, so that a batch which only
         fits in training as micro-batches is evaluated in as little memory."""
+        if objective is not None:
+            batch = objective.prepare(batch, objective.key())
         rows = jax.tree.leaves(batch)[0].shape[0]
         if grad_accum == 1 or rows % grad_accum:
             return eval_sums(params, batch)
