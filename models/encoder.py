@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lra.models.layer_scan import runs_of_equal_layers, scan_blocks
 from lra.models.registry import causal_mechanisms, make_attention, supports_causal
 from lra.models.schedule import describe_layers, resolve_options, resolve_schedule
 
@@ -73,12 +74,26 @@ __all__ = [
 #                  (jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
 # ``false``/``true`` are the older spellings of none/block.
 
+
+def real_dots_only(policy):
+    """``policy`` saving only real-valued products: JAX 0.10 cannot keep a complex residual
+    (its remat inserts ``reduce_precision``, which takes floating types only), so the complex
+    products of the S5 and LRU scans are recomputed instead of failing to differentiate."""
+
+    def saveable(prim, *avals, **params) -> bool:
+        if any(jnp.issubdtype(a.dtype, jnp.complexfloating) for a in avals):
+            return False
+        return policy(prim, *avals, **params)
+
+    return saveable
+
+
 REMAT_POLICIES = {
     "none": None,
     "block": jax.checkpoint_policies.nothing_saveable,
     "attention": jax.checkpoint_policies.nothing_saveable,
-    "dots": jax.checkpoint_policies.dots_saveable,
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "dots": real_dots_only(jax.checkpoint_policies.dots_saveable),
+    "dots_no_batch": real_dots_only(jax.checkpoint_policies.dots_with_no_batch_dims_saveable),
 }
 
 
@@ -382,17 +397,13 @@ class Encoder(nnx.Module):
         kw = {"deterministic": deterministic, "rngs": rngs}
         x, mask = self.embedder(tokens, mask, **kw)
 
-        def run_block(block, x, mask, rngs):
-            return block(
-                x,
-                mask=mask,
-                deterministic=deterministic,
-                rngs=rngs,
-                remat_attention=self.remat == "attention",
-            )
-
-        if self.remat not in ("none", "attention"):
-            run_block = nnx.remat(run_block, policy=REMAT_POLICIES[self.remat])
-        for block in self.blocks:
-            x = run_block(block, x, mask, rngs)
+        if self.remat in ("none", "attention"):
+            for block in self.blocks:
+                x = block(x, remat_attention=self.remat == "attention", mask=mask, **kw)
+        else:
+            # A scan over each run of identical layers: one layer recomputed at a time, so the
+            # policy lowers memory on every path (models/layer_scan.py has why and the numbers).
+            policy = REMAT_POLICIES[self.remat]
+            for run in runs_of_equal_layers(self.blocks):
+                x = scan_blocks(run, x, mask, policy=policy, **kw)
         return self.final_norm(x), mask

@@ -1,0 +1,127 @@
+"""Remat as a scan over identical layers (models/layer_scan.py, issue 29): the loss and every
+gradient equal those without remat, with dropout on, for every built-in mechanism and for a
+layer schedule; and the compiled memory of a step on the chunked softmax path falls."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lra.models import build_classifier, registry
+from lra.models.layer_scan import runs_of_equal_layers
+
+LENGTH, BATCH = 24, 3
+
+
+def _classifier(attention, remat):
+    return build_classifier(
+        vocab_size=11,
+        max_len=LENGTH,
+        num_layers=3,
+        dim=16,
+        qkv_dim=16,
+        num_heads=2,
+        mlp_dim=32,
+        dropout=0.1,
+        attention_dropout=0.1,
+        positions="sinusoidal",
+        attention=attention,
+        attention_options={},
+        num_classes=3,
+        pooling="mean",
+        dual=False,
+        remat=remat,
+        rngs=nnx.Rngs(0),
+    )
+
+
+def _loss_and_grads(attention, remat):
+    model = _classifier(attention, remat)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tokens = jax.random.randint(jax.random.key(1), (BATCH, LENGTH), 1, 11)
+    lengths = jnp.array([LENGTH, 17, 5])
+
+    def loss(params):
+        m = nnx.merge(graphdef, params, rest, copy=True)
+        logits = m(tokens, lengths, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(2)))
+        return jnp.sum(logits**2)
+
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
+    return float(value), jax.tree.leaves(grads)
+
+
+def _close(expected, actual):
+    """Gradients equal up to float rounding (the recomputation may fuse differently), relative
+    to the largest gradient (a gradient that is 0 in exact arithmetic is rounding noise on
+    both sides); other dropout masks would differ by the size of the gradients themselves."""
+    scale = max(float(np.abs(np.asarray(a)).max()) for a in expected)
+    for a, b in zip(expected, actual, strict=True):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5 * scale)
+
+
+# dots_no_batch keeps products: checked where they are real (softmax) and complex (S5, LRU,
+# whose complex products the policy must recompute: REMAT_POLICIES' real_dots_only).
+DOTS_TOO = ("softmax", "s5", "lru")
+
+
+@pytest.mark.parametrize("attention", registry.names())
+def test_block_remat_gives_the_loss_and_gradients_of_none(attention):
+    value, grads = _loss_and_grads(attention, "none")
+    for policy in ("block", "dots_no_batch") if attention in DOTS_TOO else ("block",):
+        other, other_grads = _loss_and_grads(attention, policy)
+        assert other == pytest.approx(value, rel=1e-6), policy
+        _close(grads, other_grads)
+
+
+def test_a_layer_schedule_scans_each_run_of_equal_layers():
+    schedule = ["local", "local", "softmax"]
+    model = _classifier(schedule, "block")
+    runs = runs_of_equal_layers(model.encoder.blocks)
+    assert [len(run) for run in runs] == [2, 1]
+    value, grads = _loss_and_grads(schedule, "none")
+    other, other_grads = _loss_and_grads(schedule, "block")
+    assert other == pytest.approx(value, rel=1e-6)
+    _close(grads, other_grads)
+
+
+CHUNKED_MEMORY = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from lra.device import measure
+measure.configure_cpu_memory_analysis()
+assert measure.configure_cpu_remat()
+from conftest import make_config
+from lra.train import parallel
+from lra.train.compile import abstract_batch, compile_steps
+out = {{}}
+for remat in ("none", "block"):
+    cfg = make_config("task.max_length=1024", "task.arch.num_layers=3", "task.arch.dim=32",
+                      "task.arch.qkv_dim=32", "task.arch.mlp_dim=64", "task.arch.num_heads=2",
+                      "+model.attention_options.softmax.implementation=chunked",
+                      "trainer.remat=" + remat)
+    topo = parallel.make_topology(None, 4)
+    c = compile_steps(cfg, abstract_batch(cfg.task, 4, topo.batch_sharding), topology=topo,
+                      evaluate=False)
+    out[remat] = measure.compiled_memory_bytes(c.train_step)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_block_remat_lowers_memory_on_the_chunked_softmax_path():
+    # Before the scan, block remat raised a chunked-path step's memory on CPU (issue 29).
+    code = CHUNKED_MEMORY.format(tests=str(Path(__file__).parent))
+    env = {**os.environ, "XLA_FLAGS": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    memory = json.loads(line[len("RESULT ") :])
+    assert memory["block"] < 0.8 * memory["none"], memory
