@@ -37,14 +37,17 @@ def dropout_draws(block: nnx.Module, x: jax.Array, mask: jax.Array, **kw: Any) -
     """How many keys one call of ``block`` draws from a ``dropout`` stream (traced, not run)."""
     drawn: list[int] = []
 
-    def probe(x):
-        with jax.ensure_compile_time_eval():  # the counter stays a Python-visible value
-            rngs = nnx.Rngs(dropout=jax.random.key(0))
+    def probe(x, key):
+        # Under ensure_compile_time_eval the counter (a constant) counts up eagerly and stays
+        # readable; the key is traced, so no mask is ever drawn (an eager draw of official
+        # ListOps' attention masks would take gigabytes).
+        with jax.ensure_compile_time_eval():
+            rngs = nnx.Rngs(dropout=key)
             block(x, mask=mask, deterministic=False, rngs=rngs, **kw)
             drawn.append(int(rngs.dropout.count[...]))
         return x
 
-    jax.eval_shape(probe, x)
+    jax.eval_shape(probe, x, jax.random.key(0))
     return drawn[0]
 
 

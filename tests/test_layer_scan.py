@@ -125,3 +125,32 @@ def test_block_remat_lowers_memory_on_the_chunked_softmax_path():
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     memory = json.loads(line[len("RESULT ") :])
     assert memory["block"] < 0.8 * memory["none"], memory
+
+
+def test_counting_a_layers_dropout_draws_draws_no_mask():
+    # The count is read while tracing; were the probe's masks drawn eagerly, this layer's
+    # float[64, 2, 4096, 4096] attention-dropout mask alone would need 8 GB.
+    from lra.models.encoder import Block
+    from lra.models.layer_scan import dropout_draws
+
+    block = Block(
+        attention="softmax",
+        attention_options={"implementation": "plain"},
+        dim=16,
+        qkv_dim=16,
+        num_heads=2,
+        mlp_dim=32,
+        max_len=4096,
+        dropout=0.1,
+        attention_dropout=0.1,
+        rngs=nnx.Rngs(0),
+    )
+    counted = []
+
+    def traced(x, mask):  # as in the encoder: x and mask are tracers of the train step
+        counted.append(dropout_draws(block, x, mask))
+        return x
+
+    x = jax.ShapeDtypeStruct((64, 4096, 16), jnp.float32)
+    jax.eval_shape(traced, x, jax.ShapeDtypeStruct((64, 4096), jnp.bool_))
+    assert counted == [4]  # attention weights, attention output, MLP hidden, MLP output
