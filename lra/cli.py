@@ -96,9 +96,6 @@ def _train(cfg):
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         schema.validate(cfg)
-    from lra.device import measure
-
-    measure.configure_cpu_remat_for(cfg.trainer.remat)  # before the backend starts (one run)
     from lra.train.loop import train_and_evaluate
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no TPU-probe noise
@@ -140,9 +137,6 @@ def bench_line(record: dict) -> str:
 
 def _bench(cfg):
     schema.validate(cfg)
-    from lra.device import measure
-
-    measure.configure_cpu_remat_for(cfg.trainer.remat)
     from lra.measure.bench import run_benchmark
 
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)

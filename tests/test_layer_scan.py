@@ -91,12 +91,12 @@ def test_a_layer_schedule_scans_each_run_of_equal_layers():
     _close(grads, other_grads)
 
 
+# Under XLA CPU's default scheduler, as lra-train compiles (it no longer changes it for remat).
 CHUNKED_MEMORY = """
 import json, sys
 sys.path.insert(0, {tests!r})
 from lra.device import measure
 measure.configure_cpu_memory_analysis()
-assert measure.configure_cpu_remat()
 from conftest import make_config
 from lra.train import parallel
 from lra.train.compile import abstract_batch, compile_steps

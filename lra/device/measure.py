@@ -53,13 +53,14 @@ def jax_backends_started() -> bool:
 
 
 def configure_cpu_remat() -> bool:
-    """Add :data:`CPU_REMAT_FLAG` to ``XLA_FLAGS`` for a run with a ``trainer.remat`` policy.
+    """Add :data:`CPU_REMAT_FLAG` (XLA CPU's memory-aware scheduler) to ``XLA_FLAGS``: for
+    ``scripts/memory_settings.py --cpu-scheduler memory`` and the tests that compare.
 
-    Measured again for issue 29 (results/cpu/memory_settings.md): under XLA CPU's default
-    scheduler no remat policy saves anything (pure JAX, 6 MLP layers: 728 MiB with and
-    without ``jax.checkpoint``); under this flag block remat halves a plain-softmax step
-    (L=1024: 1523 -> 757 MiB) but not a step on the chunked softmax path, whose query-block
-    loop the remat cannot shrink (L=1024: 421 -> 449 MiB; official ListOps 12.7 -> 13.7 GB).
+    History (results/cpu/memory_settings.md): with per-block ``nnx.remat`` in a Python loop,
+    XLA CPU's default scheduler let no remat policy save anything, and ``lra-train`` set this
+    flag for remat runs. Since remat runs as a scan over the layers (models/layer_scan.py) the
+    default scheduler saves more than this one (official ListOps, Transformer, ``block``: 5.43
+    GB against 5.80; 12.30 without remat), so no command sets it any more.
     Returns False (and changes nothing) when a JAX backend has already started in this
     process, since XLA reads its flags once.
     """
@@ -69,14 +70,6 @@ def configure_cpu_remat() -> bool:
     if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {CPU_REMAT_FLAG}".strip()
     return True
-
-
-def configure_cpu_remat_for(remat) -> bool:
-    """:func:`configure_cpu_remat` when ``remat`` (a ``trainer.remat`` value) asks for a
-    policy; ``none``, ``false`` or unset change nothing (False)."""
-    if remat in (None, False, "none"):
-        return False
-    return configure_cpu_remat()
 
 
 def compiled_memory_bytes(compiled) -> int | None:

@@ -141,7 +141,6 @@ def measure_cell(cfg_container: dict, length: int, batch_size: int, options: dic
     Module-level so a spawned process can run it.
     """
     measure.configure_cpu_memory_analysis()
-    measure.configure_cpu_remat_for(cfg_container["trainer"]["remat"])
     out = measure_length(OmegaConf.create(cfg_container), length, batch_size, **options)
     return {**out, **measure.environment()}
 

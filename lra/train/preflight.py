@@ -11,9 +11,9 @@ activations), and names the cheapest ones that fit with what each needs
 ("trainer.grad_accum=4 (9.9 GB → 3.1 GB)"). It never guesses: every suggested override
 was compiled and measured, and none needs as much as the setting it replaces. A step that
 cannot even be compiled in the device's memory (a GPU's autotuner allocates while
-compiling) is treated as one that does not fit. The candidates compile in this process, so
-on CPU under its XLA scheduler: without remat the default one, under which no remat policy
-saves memory, so none is offered there (results/cpu/memory_settings.md).
+compiling) is treated as one that does not fit. The candidates compile in this process,
+under XLA's default scheduler on CPU, where remat as a scan over the layers saves (official
+ListOps Transformer: 12.30 GB, 5.43 with ``block``; results/cpu/memory_settings.md).
 """
 
 import logging
