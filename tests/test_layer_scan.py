@@ -1,12 +1,7 @@
 """Remat as a scan over identical layers (models/layer_scan.py, issue 29): the loss and every
 gradient equal those without remat, with dropout on, for every built-in mechanism and for a
-layer schedule; and the compiled memory of a step on the chunked softmax path falls."""
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+layer schedule (that the compiled memory falls, on the chunked softmax path too, is
+tests/test_parallel.py::test_remat_lowers_compiled_memory)."""
 
 import jax
 import jax.numpy as jnp
@@ -89,42 +84,6 @@ def test_a_layer_schedule_scans_each_run_of_equal_layers():
     other, other_grads = _loss_and_grads(schedule, "block")
     assert other == pytest.approx(value, rel=1e-6)
     _close(grads, other_grads)
-
-
-# Under XLA CPU's default scheduler, as lra-train compiles (it no longer changes it for remat).
-CHUNKED_MEMORY = """
-import json, sys
-sys.path.insert(0, {tests!r})
-from lra.device import measure
-measure.configure_cpu_memory_analysis()
-from conftest import make_config
-from lra.train import parallel
-from lra.train.compile import abstract_batch, compile_steps
-out = {{}}
-for remat in ("none", "block"):
-    cfg = make_config("task.max_length=1024", "task.arch.num_layers=3", "task.arch.dim=32",
-                      "task.arch.qkv_dim=32", "task.arch.mlp_dim=64", "task.arch.num_heads=2",
-                      "+model.attention_options.softmax.implementation=chunked",
-                      "trainer.remat=" + remat)
-    topo = parallel.make_topology(None, 4)
-    c = compile_steps(cfg, abstract_batch(cfg.task, 4, topo.batch_sharding), topology=topo,
-                      evaluate=False)
-    out[remat] = measure.compiled_memory_bytes(c.train_step)
-print("RESULT " + json.dumps(out))
-"""
-
-
-def test_block_remat_lowers_memory_on_the_chunked_softmax_path():
-    # Before the scan, block remat raised a chunked-path step's memory on CPU (issue 29).
-    code = CHUNKED_MEMORY.format(tests=str(Path(__file__).parent))
-    env = {**os.environ, "XLA_FLAGS": ""}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    memory = json.loads(line[len("RESULT ") :])
-    assert memory["block"] < 0.8 * memory["none"], memory
 
 
 def test_counting_a_layers_dropout_draws_draws_no_mask():
