@@ -34,8 +34,9 @@ padded end), its outputs are put back in order and added: y = Re(C_f h_f) + Re(C
 (one D). The two directions are two scans: putting them side by side in one scan of 2N
 states saved no compile time and took 40-60% more memory (measured on CPU). The LRU paper's
 LRA models follow S5's deep-SSM set-up, whose LRA runs are bidirectional (lindermanlab/S5
-``bin/run_experiments/run_lra_*.sh``: ``--bidirectional=True``); the LRU paper's own
-hyperparameter tables were not at hand to confirm its flag, as the config says.
+``bin/run_experiments/run_lra_*.sh``: ``--bidirectional=True``). The LRU paper (Appendix D)
+runs unidirectional LRUs except on Pathfinder and Path-X: ``protocol=authors`` sets the flag
+per task (configs/protocol_model_task/authors_lru_*.yaml); the model default stays True.
 
 Causal mode (``causal=True``, for next-token pretraining, issue 28): only the forward (causal)
 direction runs; y = Re(C_f h_f) + D x. The parameters are those of ``bidirectional`` (the

@@ -59,8 +59,9 @@ with GLU(a, b) = a * sigmoid(b). The encoder block around the mixer adds the nor
 residual and the MLP. ``num_heads`` and ``qkv_dim`` are accepted (the contract) and unused.
 
 Departures: A, B and Delta are per channel (the standalone ``s4d.py``; the LRA configs tie
-A and B across channels with ``n_ssm: 1``); the reference's separate learning rate for A, B
-and Delta is not applied here (parameter groups are a later part of issue 27).
+A and B across channels with ``n_ssm: 1``). The reference's separate learning rate and
+weight decay for A, B and Delta are ``trainer.param_groups`` (lra.train.optim.param_kind),
+which ``protocol=authors`` sets.
 
 Shapes: x float[B, L, D] (D = H = dim), mask bool[B, L] (a prefix mask), out float[B, L, D].
 The SSM itself runs in float32 / complex64 whatever the input dtype; the output has x's
