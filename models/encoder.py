@@ -340,11 +340,16 @@ class Encoder(nnx.Module):
         attention_options: Mapping[str, Mapping[str, Any]] | None = None,
         remat: bool | str = False,
         causal: bool = False,
+        attention_max_len: int | None = None,
         rngs: nnx.Rngs,
     ):
         """``remat`` (a :data:`REMAT_POLICIES` name; ``True``/``False``: block/none) chooses
         what the backward pass recomputes instead of storing: less memory, more compute.
-        ``causal``: every layer in causal mode (see the module docstring)."""
+        ``causal``: every layer in causal mode (see the module docstring).
+        ``attention_max_len``: the length the layers are built for (default ``max_len`` plus the
+        CLS token): a pretraining model without the classifier's CLS token passes the
+        classifier's, so that mechanisms with length-shaped parameters (Linformer's
+        projections, Synthesizer's tables, FLASH's relative bias) hand over their shapes."""
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.schedule = resolve_schedule(attention, num_layers)
@@ -373,7 +378,7 @@ class Encoder(nnx.Module):
                     qkv_dim=dim if qkv_dim is None else qkv_dim,
                     num_heads=num_heads,
                     mlp_dim=mlp_dim,
-                    max_len=max_len + int(cls_token),
+                    max_len=attention_max_len or max_len + int(cls_token),
                     dropout=dropout,
                     attention_dropout=attention_dropout,
                     rngs=rngs,

@@ -141,3 +141,23 @@ def test_refusals():
         TokenPredictor(outputs=0, causal=False, rngs=nnx.Rngs(0), **_kwargs())
     with pytest.raises(TypeError, match="pooling"):
         TokenPredictor(outputs=3, causal=False, rngs=nnx.Rngs(0), pooling="cls", **_kwargs())
+
+
+@pytest.mark.parametrize("attention", ["linformer", "flash", "synthesizer_random"])
+def test_layers_built_for_the_classifiers_length_hand_over_their_shapes(attention):
+    # Linformer's projections, FLASH's relative bias and Synthesizer's tables are shaped by the
+    # length the layers are built for, which a CLS classifier makes max_len + 1: the predictor
+    # (no CLS token) builds its layers for that length too (lra.train.model.predictor_kwargs).
+    kw = _kwargs(attention=attention, positions="sinusoidal")
+    predictor = TokenPredictor(
+        outputs=VOCAB, causal=False, rngs=nnx.Rngs(0), attention_max_len=17, **kw
+    )
+    classifier = lra.models.build_classifier(
+        dual=False, num_classes=3, pooling="cls", rngs=nnx.Rngs(0), **kw
+    )
+    pre = _shapes(nnx.state(predictor.encoder.blocks, nnx.Param))
+    assert pre == _shapes(nnx.state(classifier.encoder.blocks, nnx.Param))
+    plain = TokenPredictor(outputs=VOCAB, causal=False, rngs=nnx.Rngs(0), **kw)
+    assert _shapes(nnx.state(plain.encoder.blocks, nnx.Param)) != pre  # not vacuous
+    tokens, lengths = _batch(n=16)
+    assert predictor(tokens, lengths).shape == (3, 16, VOCAB)

@@ -45,10 +45,14 @@ def predictor_kwargs(cfg, kwargs: dict | None = None) -> dict:
     classifier's encoder arguments, the objective's vocabulary, outputs and causal mode."""
     objective = pretraining(cfg)
     kwargs = dict(kwargs or model_kwargs(cfg))
+    cls_token = kwargs["pooling"] == "cls"  # the classifier's, which the predictor lacks
     for key in ("num_classes", "pooling", "dual"):
         kwargs.pop(key)
     return dict(
         kwargs,
+        # layers built as the classifier's: length-shaped parameters (Linformer, Synthesizer,
+        # FLASH) must have its shapes to be handed over
+        attention_max_len=int(kwargs["max_len"]) + int(cls_token),
         vocab_size=objective.input_vocab,
         outputs=objective.outputs,
         causal=objective.causal,
