@@ -1,6 +1,13 @@
 """Shared fixtures: composed configs and a small prepared ListOps data folder."""
 
 import os
+import signal
+
+# A suite started in the background by a shell without job control (`(pytest ... &)`) inherits
+# SIGINT ignored, as POSIX shells ignore it for asynchronous commands, and so would every
+# subprocess the tests start: the Ctrl-C tests need Python's own handler (seen 2026-12-05).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # On a GPU (JAX_PLATFORMS=cuda, as scripts/gpu_check.sh runs the tests) float32 matmuls default
