@@ -2,6 +2,7 @@
 (``bench.softmax_paths``), and lra-report shows them as two labelled rows (issue 31, part 4).
 A tiny CPU benchmark: one layer, d_model 16, length 16."""
 
+import test_bench
 from hydra import compose, initialize_config_dir
 
 from lra.cli import CONFIG_DIR
@@ -9,20 +10,8 @@ from lra.measure import bench
 from lra.record.store import read_records
 from lra.report.efficiency import IMPLEMENTATION_KEY, efficiency
 
-TINY_BENCH = [
-    "task=listops_tiny",
-    "task.arch.num_layers=1",
-    "task.arch.dim=16",
-    "task.arch.qkv_dim=16",
-    "task.arch.mlp_dim=32",
-    "task.arch.num_heads=2",
-    "batch_size=2",
-    "bench.warmup_steps=1",
-    "bench.windows=2",
-    "bench.steps_per_window=1",
-    "bench.isolate=false",
-    "lengths=[16]",
-]
+# test_bench's tiny benchmark, in this process and at one length
+TINY_BENCH = [*test_bench.TINY_BENCH, "bench.isolate=false", "lengths=[16]"]
 
 
 def test_bench_softmax_paths_adds_a_forced_plain_row_to_the_same_sweep(tmp_path):

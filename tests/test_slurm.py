@@ -183,6 +183,19 @@ def uninterrupted(listops_tiny_dir, tmp_path_factory):
     }
 
 
+def resumed_once_at_the_signal(proc, output, records, sweep, uninterrupted):
+    """The sweep succeeded; its one run resumed once, from a save at SLURM's warning signal
+    (USR2), to the uninterrupted run's record. Returns the resume entry and the job's log."""
+    assert proc.returncode == 0, output
+    record = records_in(records)[0]
+    [resumed] = record["resumed_from"]
+    assert resumed["step"] > 50  # saved at the signal, past the periodic save
+    assert_same_result(record, uninterrupted[0])
+    log = (sweep / "0" / "lra.log").read_text()  # both attempts of the job
+    assert f"stopped by SIGUSR2 at step {resumed['step']}" in log
+    return resumed, log
+
+
 def test_array_sweep_finishes_and_a_failing_job_gives_exit_1_and_its_row(
     listops_tiny_dir, tmp_path
 ):
@@ -221,13 +234,8 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_to_the_same_record(
         output = proc.communicate(timeout=300)[0]
     finally:
         proc.kill()
-    assert proc.returncode == 0, output
-    record = records_in(records)[0]
-    [resumed] = record["resumed_from"]
-    assert resumed["step"] > 50  # saved at the signal, past the periodic save
-    assert_same_result(record, uninterrupted[0])
-    log = (sweep / "0" / "lra.log").read_text()  # both attempts of the job
-    assert f"stopped by SIGUSR2 at step {resumed['step']}" in log and "Requeued job" in log
+    _, log = resumed_once_at_the_signal(proc, output, records, sweep, uninterrupted)
+    assert "Requeued job" in log
     assert "1 done." in output
     assert f"SLURM jobs: 1 done; requeued so far: {job} 1x" in output  # its last states
     assert_quiet_console(output)
@@ -275,13 +283,7 @@ def test_time_limit_warning_checkpoints_requeues_and_the_run_finishes_within_max
             proc.kill()
             if job is not None:
                 subprocess.run(["scancel", job])
-    assert proc.returncode == 0, output
-    record = records_in(records)[0]
-    [resumed] = record["resumed_from"]
-    assert resumed["step"] > 50  # saved at the signal, past the periodic save
-    assert_same_result(record, uninterrupted[0])
-    log = (sweep / "0" / "lra.log").read_text()  # both attempts of the job
-    assert f"stopped by SIGUSR2 at step {resumed['step']}" in log
+    _, log = resumed_once_at_the_signal(proc, output, records, sweep, uninterrupted)
     assert "this job is timed-out" in log  # submitit: at the time limit, not pre-empted
     assert f"Requeued job {job} (0 remaining timeouts)" in log  # max_num_timeout=1: one left
     assert f"SLURM jobs: 1 done; requeued so far: {job} 1x" in output
