@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from lra.models.layer_scan import runs_of_equal_layers, scan_blocks
 from lra.models.registry import causal_mechanisms, make_attention, supports_causal
@@ -53,6 +54,7 @@ from lra.models.schedule import describe_layers, resolve_options, resolve_schedu
 __all__ = [
     "MLP",
     "REMAT_POLICIES",
+    "SAVED_OUTSIDE_ATTENTION",
     "Block",
     "Embedder",
     "Encoder",
@@ -66,7 +68,8 @@ __all__ = [
 #   none           nothing: every residual is kept
 #   block          each block's activations; only its input is kept (nnx.remat per block)
 #   attention      the attention sublayer's (scores, softmax, dropout: the [B, H, L, L]
-#                  tensors); the MLP's residuals are kept
+#                  tensors); its output and the MLP's residuals (named with
+#                  ``checkpoint_name``: SAVED_OUTSIDE_ATTENTION) are kept
 #   dots           each block's elementwise work (norms, softmax, dropout, activations); the
 #                  outputs of its matmuls are kept (jax.checkpoint_policies.dots_saveable)
 #   dots_no_batch  as ``dots``, keeping only matmuls without batch dimensions (the
@@ -88,10 +91,14 @@ def real_dots_only(policy):
     return saveable
 
 
+# The values the ``attention`` policy keeps: everything the backward pass needs outside the
+# attention sublayer (its output, and the MLP's input, pre-activation and activation).
+SAVED_OUTSIDE_ATTENTION = ("attention_output", "mlp_input", "mlp_hidden", "mlp_activation")
+
 REMAT_POLICIES = {
     "none": None,
     "block": jax.checkpoint_policies.nothing_saveable,
-    "attention": jax.checkpoint_policies.nothing_saveable,
+    "attention": jax.checkpoint_policies.save_only_these_names(*SAVED_OUTSIDE_ATTENTION),
     "dots": real_dots_only(jax.checkpoint_policies.dots_saveable),
     "dots_no_batch": real_dots_only(jax.checkpoint_policies.dots_with_no_batch_dims_saveable),
 }
@@ -243,9 +250,10 @@ class MLP(nnx.Module):
         self.dropout = nnx.Dropout(dropout)
 
     def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
-        h = nnx.gelu(self.fc1(x))
-        h = self.dropout(h, deterministic=deterministic, rngs=rngs)
-        return self.fc2(h)
+        # the names mark what remat=attention keeps (SAVED_OUTSIDE_ATTENTION)
+        h = checkpoint_name(self.fc1(checkpoint_name(x, "mlp_input")), "mlp_hidden")
+        h = self.dropout(nnx.gelu(h), deterministic=deterministic, rngs=rngs)
+        return self.fc2(checkpoint_name(h, "mlp_activation"))
 
 
 class Block(nnx.Module):
@@ -301,19 +309,11 @@ class Block(nnx.Module):
         mask,
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
-        remat_attention: bool = False,
     ):
-        """``remat_attention``: recompute the attention sublayer in the backward pass."""
         kw = {"deterministic": deterministic, "rngs": rngs}
-
-        def attend(attention, h, mask, rngs):
-            return attention(h, mask=mask, deterministic=deterministic, rngs=rngs)
-
-        if remat_attention:
-            attend = nnx.remat(attend)
-        x = x + self.attention_dropout(
-            attend(self.attention, self.attention_norm(x), mask, rngs), **kw
-        )
+        attended = self.attention(self.attention_norm(x), mask=mask, **kw)
+        # named for remat=attention, which keeps it (SAVED_OUTSIDE_ATTENTION)
+        x = x + self.attention_dropout(checkpoint_name(attended, "attention_output"), **kw)
         if self.has_mlp:
             x = x + self.mlp_dropout(self.mlp(self.mlp_norm(x), **kw), **kw)
         return x
@@ -402,9 +402,9 @@ class Encoder(nnx.Module):
         kw = {"deterministic": deterministic, "rngs": rngs}
         x, mask = self.embedder(tokens, mask, **kw)
 
-        if self.remat in ("none", "attention"):
+        if self.remat == "none":
             for block in self.blocks:
-                x = block(x, remat_attention=self.remat == "attention", mask=mask, **kw)
+                x = block(x, mask=mask, **kw)
         else:
             # A scan over each run of identical layers: one layer recomputed at a time, so the
             # policy lowers memory on every path (models/layer_scan.py has why and the numbers).

@@ -61,15 +61,18 @@ def _close(expected, actual):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5 * scale)
 
 
-# dots_no_batch keeps products: checked where they are real (softmax) and complex (S5, LRU,
-# whose complex products the policy must recompute: REMAT_POLICIES' real_dots_only).
-DOTS_TOO = ("softmax", "s5", "lru")
+# The policies that keep some residuals, checked where their choices differ: dots_no_batch
+# keeps products, real (softmax) and complex (S5, LRU, whose complex products the policy must
+# recompute: REMAT_POLICIES' real_dots_only); attention keeps the named values outside the
+# attention sublayer (its output, the MLP's; SAVED_OUTSIDE_ATTENTION).
+KEEPING_TOO = ("softmax", "s5", "lru")
 
 
 @pytest.mark.parametrize("attention", registry.names())
 def test_block_remat_gives_the_loss_and_gradients_of_none(attention):
     value, grads = _loss_and_grads(attention, "none")
-    for policy in ("block", "dots_no_batch") if attention in DOTS_TOO else ("block",):
+    keeping = ("block", "attention", "dots_no_batch") if attention in KEEPING_TOO else ("block",)
+    for policy in keeping:
         other, other_grads = _loss_and_grads(attention, policy)
         assert other == pytest.approx(value, rel=1e-6), policy
         _close(grads, other_grads)

@@ -185,7 +185,7 @@ from conftest import make_config
 from lra.train import parallel
 from lra.train.compile import abstract_batch, compile_steps
 out = {{}}
-for remat in ("none", "block"):
+for remat in ("none", "block", "attention"):
     cfg = make_config(*{overrides!r}, "task.arch.num_layers=3", "task.arch.dim=32",
                       "task.arch.qkv_dim=32", "task.arch.mlp_dim=64", "task.arch.num_heads=2",
                       "trainer.remat=" + remat)
@@ -224,6 +224,7 @@ def test_remat_lowers_compiled_memory(scheduler, overrides, ratio):
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     memory = json.loads(line[len("RESULT ") :])
     assert memory["block"] < ratio * memory["none"], memory
+    assert memory["attention"] < memory["none"], memory  # attention's residuals are not kept
 
 
 def _train_without_data(tmp_path, *overrides):
