@@ -151,8 +151,9 @@ def test_a_good_tmp_file_loads(tmp_path):
         (lambda t: t.replace("pathx: FAIL", "pathx: fail"), "scores[0].pathx"),
         (lambda t: t + t[t.index("  - model: A") :], "scores[1].model"),
         (lambda t: t.replace("averaging: lra5", "averaging: lra6"), "averaging"),
+        (lambda t: t + "    image_variant: color\n", "scores[0].image_variant"),
     ],
-    ids=["task", "source", "number", "fail", "duplicate", "averaging"],
+    ids=["task", "source", "number", "fail", "duplicate", "averaging", "image_variant"],
 )
 def test_a_malformed_file_names_the_file_and_key(tmp_path, edit, key):
     path = _write(tmp_path, edit(GOOD))
@@ -162,15 +163,71 @@ def test_a_malformed_file_names_the_file_and_key(tmp_path, edit, key):
     assert str(path) in str(err.value) and key in str(err.value)
 
 
-def test_lru_table3_as_published_with_colour_cifar_noted(shipped):
+def test_lru_table3_as_published_with_colour_cifar_as_a_field(shipped):
     scores, _ = shipped
     rows = {r.model: r for r in scores if r.source.id == "lru_paper"}
     lru = rows["LRU"]
     assert lru.averaging == "none" and lru.average is None
     assert [lru.scores[t] for t in pub.TASKS] == [60.2, 89.4, 89.9, 89.0, 95.1, 94.2]
     for row in rows.values():  # the paper's sCIFAR column is colour CIFAR, stored under image
-        assert "colour CIFAR-10" in row.notes and row.table == "Table 3"
+        assert row.image_variant == "colour" and row.table == "Table 3"
+        assert "colour CIFAR-10" in row.notes
     assert pub.published_for("lru", scores) == [lru]
+    # no other shipped source prints a colour Image score
+    assert {r.source.id for r in scores if r.image_variant != "grayscale"} == {"lru_paper"}
+
+
+def test_image_variant_defaults_to_grayscale_and_reads_colour(tmp_path):
+    _write(tmp_path, GOOD + "  - model: B\n    image: 90.0\n    image_variant: colour\n")
+    scores, _ = pub.load_published(tmp_path)
+    assert [(r.model, r.image_variant) for r in scores] == [("A", "grayscale"), ("B", "colour")]
+    assert pub.IMAGE_VARIANTS == ("grayscale", "colour")
+
+
+def test_a_bad_image_variant_names_file_row_and_allowed_values(tmp_path):
+    path = _write(tmp_path, GOOD + "    image_variant: rgb\n")
+    with pytest.raises(pub.PublishedDataError) as err:
+        pub.load_published(tmp_path)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message
+    assert "scores[0].image_variant" in message and "'rgb'" in message and "'A'" in message
+    assert "grayscale, colour" in message
+
+
+def test_liquid_s4_table1_state_space_rows_as_published(shipped):
+    scores, _ = shipped
+    rows = {r.model: r for r in scores if r.source.id == "liquid_s4_paper"}
+    assert list(rows) == [
+        "DSS",
+        "S4 (original)",
+        "S4-LegS",
+        "S4-FouT",
+        "S4-LegS/FouT",
+        "S4D-LegS",
+        "S4D-Inv",
+        "S4D-Lin",
+        "S5 (preprint, quoted by Liquid-S4)",
+        "Liquid-S4",
+    ]
+    inv = rows["S4D-Inv"]
+    assert [inv.scores[t] for t in pub.TASKS] == [60.18, 87.34, 91.09, 87.83, 93.78, 92.80]
+    assert inv.average == 85.50 and inv.averaging == "six_fail50"
+    lin = rows["S4D-Lin"]
+    assert lin.scores["pathx"] == pub.FAIL and lin.average == 78.39
+    for row in rows.values():  # every printed Avg. is the six-task mean, a FAIL counting as 50
+        assert row.average == pytest.approx(pub.six_average_fail50(row.scores), abs=0.005)
+        assert row.table == "Table 1" and row.image_variant == "grayscale"
+    # S4-LegS and S4 (original) are the S4 paper's Table 10 rows, quoted
+    s4 = {r.model: r for r in scores if r.source.id == "s4_paper"}
+    assert rows["S4-LegS"].scores == s4["S4 (updated)"].scores
+    assert rows["S4 (original)"].scores == s4["S4 (original)"].scores
+    # the harness's s4d runs S4D-Inv: only that row stands beside it; LegS and Lin are listed
+    assert pub.published_for("s4d", scores) == [inv]
+    left = {r.model for r in pub.unmatched(scores, MODEL_NAMES)}
+    assert {"S4D-LegS", "S4D-Lin", "Liquid-S4", "DSS"} <= left and "S4D-Inv" not in left
+    # its S5 row is an earlier preprint's numbers: listed, never beside the harness's s5
+    assert "S5 (preprint, quoted by Liquid-S4)" in left
+    assert all(r.source.id != "liquid_s4_paper" for r in pub.published_for("s5", scores))
 
 
 def test_mega_table2_as_published_and_its_mixed_average(shipped):

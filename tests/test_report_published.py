@@ -24,7 +24,7 @@ from lra.report.efficiency import IMPLEMENTATION_KEY, efficiency
 from lra.report.figure_data import figure1_data
 from lra.report.latex import leaderboard_latex
 from lra.report.leaderboard import leaderboard
-from lra.report.published import load_published
+from lra.report.published import TASKS, load_published
 from lra.report.table2 import table2
 from lra.report.tables import efficiency_markdown, leaderboard_csv
 
@@ -439,8 +439,62 @@ def test_a_colour_cifar_image_score_never_stands_beside_the_grayscale_image_cell
 
     scores, _ = load_published()
     lru = next(r for r in scores if r.source.id == "lru_paper" and r.model == "LRU")
-    assert isinstance(lru.scores["image"], float)  # shipped as published, with its note
+    assert isinstance(lru.scores["image"], float)  # shipped as published, marked colour
+    assert lru.image_variant == "colour"
     kept = comparable_scores(lru)
     assert kept["image"] is None and kept["listops"] == lru.scores["listops"]
     lra = next(r for r in scores if r.source.id == "lra_paper" and r.model == "Transformer")
     assert comparable_scores(lra) == lra.scores
+
+
+COLOUR_SOURCE = """
+source:
+  id: colour_source
+  citation: "Someone, A Recurrent Paper"
+  table: "Table 3"
+  read_from: "test data"
+averaging: none
+scores:
+  - model: "LRU"
+    listops: 60.0
+    text: 90.0
+    retrieval: 90.0
+    image: 89.0
+    pathfinder: 95.0
+    pathx: 94.0
+    image_variant: {variant}
+    notes: "{notes}"
+"""
+
+
+def lru_comparison(tmp_path, variant, notes=""):
+    folder = tmp_path / f"published_{variant}"
+    folder.mkdir()
+    text = COLOUR_SOURCE.format(variant=variant, notes=notes)
+    (folder / "colour_source.yaml").write_text(textwrap.dedent(text))
+    records = full_row("lru", [0.6, 0.9, 0.9, 0.8, 0.9])
+    records.append(train("lru", "pathx", 0, 0.9))
+    _, records = store(tmp_path, records, name=f"runs_{variant}")
+    lb = leaderboard(records)
+    scores, _ = load_published(folder)
+    return lb, compare(lb, scores).rows["lru"]
+
+
+def test_image_variant_colour_keeps_image_and_averages_out_of_the_comparison(tmp_path):
+    # the field decides, not the notes: a colour row whose notes say nothing about colour
+    lb, colour = lru_comparison(tmp_path, "colour")
+    shown = dict(zip(TASKS, lb.shown, strict=True))  # harness task name -> leaderboard column
+    assert shown["image"] not in colour.tasks
+    assert [p.value for p in colour.tasks[shown["listops"]]] == [60.0]
+    assert [p.value for p in colour.tasks[shown["pathx"]]] == [94.0]
+    assert colour.lra5 == [] and colour.six50 == []  # as before: no average without Image
+    assert colour.measured_lra5 == pytest.approx((60 + 90 + 90 + 80 + 90) / 5)
+    row = read_csv(
+        leaderboard_csv([lb], [compare(lb, load_published(tmp_path / "published_colour")[0])])
+    )
+    assert row["lru"]["image_published"] == "" and row["lru"]["lra_average_published"] == ""
+    # the same row on grayscale (notes mentioning colour CIFAR change nothing): compared
+    _, gray = lru_comparison(tmp_path, "grayscale", notes="the paper also has a colour CIFAR table")
+    assert [p.value for p in gray.tasks[shown["image"]]] == [89.0]
+    assert [p.value for p in gray.lra5] == [pytest.approx((60 + 90 + 90 + 89 + 95) / 5)]
+    assert [p.value for p in gray.six50] == [pytest.approx((60 + 90 + 90 + 89 + 95 + 94) / 6)]

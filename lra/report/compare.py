@@ -15,6 +15,9 @@ harness model is listed in :attr:`Comparison.unmatched`, never guessed.
   five-task average (Tay et al. 2021, Table 1: ListOps, Text, Retrieval, Image, Pathfinder;
   Path-X left out; None if any is missing) and the six-task average of the state-space papers
   (Gu et al. 2022, Table 10: a failed Path-X counts as 50; None if any task is missing).
+* Image variant: LRA's Image task is grayscale CIFAR-10, as is the harness's. A published row
+  whose ``image_variant`` is ``colour`` (LRU's sCIFAR) has its Image score kept out of the
+  Image cell and of both averages (:func:`comparable_scores`); the row's other tasks stay.
 * Tiny tasks: published numbers are for the official tasks; none is put beside a tiny-task
   cell (:attr:`Comparison.note` says so).
 * Figure 1 (:func:`published_points`): for each model drawn, a published LRA average and a
@@ -134,11 +137,12 @@ def _published(row, value) -> Published:
 
 
 def comparable_scores(row) -> dict:
-    """A published row's scores that may stand beside the harness's: an Image score on colour
-    CIFAR (LRU's, say its notes) is dropped, since the harness's Image task is grayscale (and
+    """A published row's scores (task -> percent, ``"FAIL"`` or None) that may stand beside the
+    harness's: the Image score of a row whose ``image_variant`` is not ``grayscale`` (colour
+    CIFAR-10, e.g. LRU's) is None, since the harness's Image task is LRA's grayscale one (and
     with it every average that would include it)."""
     scores = dict(row.scores)
-    if "colour cifar" in row.notes.lower() or "color cifar" in row.notes.lower():
+    if row.image_variant != pub.IMAGE_VARIANTS[0]:
         scores["image"] = None
     return scores
 
@@ -178,8 +182,9 @@ def unmatched_lines(rows: list) -> list[str]:
 
 def published_points(models, scores: list, efficiency: list, length: int) -> list[dict]:
     """Figure 1's published points: per model in ``models`` and per source that prints both
-    an LRA average (five tasks, :func:`~lra.report.published.lra5_average`, else the printed
-    average) and an absolute training speed (``steps_per_sec``), one point at the speed's
+    an LRA average (five tasks, :func:`~lra.report.published.lra5_average` of
+    :func:`comparable_scores`; else the printed average, unless the row's Image is colour) and
+    an absolute training speed (``steps_per_sec``), one point at the speed's
     length nearest ``length``. Dicts: model, label, source, citation, lra_average,
     train_steps_per_sec, speed_length, hardware."""
     points = []
@@ -200,7 +205,15 @@ def published_points(models, scores: list, efficiency: list, length: int) -> lis
                 if s.source.id == e.source.id and s.model == e.model
             ]
             y = next(
-                (v for s in same for v in (pub.lra5_average(s.scores), s.average) if v is not None),
+                (
+                    v
+                    for s in same
+                    for v in (
+                        pub.lra5_average(comparable_scores(s)),
+                        s.average if s.image_variant == pub.IMAGE_VARIANTS[0] else None,
+                    )
+                    if v is not None
+                ),
                 None,
             )
             if y is None:

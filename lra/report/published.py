@@ -16,6 +16,20 @@ Sources and their conventions (see each file's ``source`` block):
   arXiv 2111.00396, Table 10 (``six_fail50``: six tasks, a failed Path-X counts as 50) and
   Table 3 (speed and memory relative to the Transformer at lengths 1024 and 4096).
 
+- Orvieto et al., "Resurrecting Recurrent Neural Networks for Long Sequences", ICML 2023,
+  arXiv 2303.06349, Table 3 (no average printed; its sCIFAR column is colour CIFAR-10, stored
+  under ``image`` with ``image_variant: colour``).
+- Ma et al., "Mega: Moving Average Equipped Gated Attention", ICLR 2023, arXiv 2209.10655,
+  Table 2 (six-task average where Path-X was solved, five-task where it failed).
+- Hasani et al., "Liquid Structural State-Space Models", ICLR 2023, arXiv 2209.12951, Table 1
+  (its state-space rows, among them S4D-LegS/Inv/Lin as quoted from Gu et al. 2022b, the S4D
+  paper; ``six_fail50``).
+
+Image variant: LRA's Image task is grayscale CIFAR-10. A row whose Image column was measured on
+colour CIFAR-10 (LRU's sCIFAR) says ``image_variant: colour``; the default, ``grayscale``, is
+the LRA task. The score is shipped as printed; :mod:`lra.report.compare` keeps a colour score
+(and every average that would include it) out of the comparison with the harness's Image task.
+
 Units: scores and averages are test accuracies in percent (0-100), as the papers print them.
 :func:`lra5_average` and :func:`six_average_fail50` take a mapping task -> percent (or
 ``"FAIL"`` / ``None``); a measured leaderboard row must be converted to percent first.
@@ -42,7 +56,8 @@ FAIL_SCORE = 50.0
 AVERAGING_RULES = ("lra5", "six_fail50", "six", "none")
 METRICS = ("steps_per_sec", "peak_memory", "relative_steps_per_sec", "relative_peak_memory")
 SOURCE_FIELDS = ("id", "citation", "table", "read_from")
-SCORE_KEYS = {"model", "average", "notes", "table", *TASKS}
+IMAGE_VARIANTS = ("grayscale", "colour")  # LRA's Image task is grayscale CIFAR-10
+SCORE_KEYS = {"model", "average", "notes", "table", "image_variant", *TASKS}
 EFFICIENCY_KEYS = {"model", "metric", "unit", "hardware", "values", "notes", "table"}
 
 # Harness model name (configs/model/NAME.yaml) -> the labels sources print for it. Explicit:
@@ -62,7 +77,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "flash": ("FLASH",),
     "transnormer_t1": ("TransNormer T1",),
     "transnormer_t2": ("TransNormer T2",),
-    "s4d": ("S4D-LegS", "S4D-Inv", "S4D-Lin"),
+    # configs/model/s4d.yaml runs S4D-Inv (init: inv); S4D-LegS and S4D-Lin rows stay listed.
+    "s4d": ("S4D-Inv",),
     "s5": ("S5",),
     "lru": ("LRU",),
     "mamba": ("Mamba",),
@@ -86,7 +102,8 @@ class Source:
 
 @dataclass(frozen=True)
 class PublishedScore:
-    """One published LRA row: per-task accuracy in percent, ``"FAIL"`` or ``None``."""
+    """One published LRA row: per-task accuracy in percent, ``"FAIL"`` or ``None``;
+    ``image_variant`` (one of :data:`IMAGE_VARIANTS`) says which CIFAR-10 the Image score used."""
 
     model: str
     source: Source
@@ -95,6 +112,7 @@ class PublishedScore:
     averaging: str
     notes: str
     table: str
+    image_variant: str = "grayscale"
 
 
 @dataclass(frozen=True)
@@ -166,6 +184,14 @@ def _score_row(path: Path, i: int, raw, source: Source, averaging: str) -> Publi
             raise _fail(path, f"{where}.{key}", f"unknown key (tasks: {', '.join(TASKS)})")
     model = _text(path, f"{where}.model", raw.get("model"))
     scores = {t: _number(path, f"{where}.{t}", raw.get(t), allow_fail=True) for t in TASKS}
+    variant = raw.get("image_variant", IMAGE_VARIANTS[0])
+    if variant not in IMAGE_VARIANTS:
+        raise _fail(
+            path,
+            f"{where}.image_variant",
+            f"{variant!r} (row {model!r}) is not one of {', '.join(IMAGE_VARIANTS)}; leave it "
+            "out for LRA's grayscale Image, or write colour for a colour CIFAR-10 score",
+        )
     return PublishedScore(
         model=model,
         source=source,
@@ -174,6 +200,7 @@ def _score_row(path: Path, i: int, raw, source: Source, averaging: str) -> Publi
         averaging=averaging,
         notes=_text(path, f"{where}.notes", raw.get("notes"), required=False),
         table=_text(path, f"{where}.table", raw.get("table", source.table)),
+        image_variant=variant,
     )
 
 
