@@ -1,5 +1,5 @@
-"""The LRA encoder: embeddings and pre-LayerNorm blocks (heads: lra.models.heads; which
-mechanism each layer uses: lra.models.schedule).
+"""The LRA encoder: embeddings and blocks, pre-LayerNorm by default (norms: lra.models.norms;
+heads: lra.models.heads; which mechanism each layer uses: lra.models.schedule).
 
 Shapes (B batch, L token length <= max_len, D = dim, C classes):
 
@@ -8,7 +8,7 @@ Shapes (B batch, L token length <= max_len, D = dim, C classes):
     Embedder -> float[B, L', D], mask bool[B, L']  with L' = L + 1 under CLS pooling (a learned
                                                    CLS vector is prepended before positions
                                                    are added, as in the official LRA encoder)
-    Encoder  -> float[B, L', D]                    num_layers blocks, then a final LayerNorm
+    Encoder  -> float[B, L', D]                    num_layers blocks, then a final norm (pre-norm)
     pool, Classifier, DualClassifier               lra.models.heads
 
 Attention per layer: ``attention`` is one registered name (every layer), a list of
@@ -48,6 +48,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from lra.models.layer_scan import runs_of_equal_layers, scan_blocks
+from lra.models.norms import check_norm, make_norm, normalize
 from lra.models.registry import causal_mechanisms, make_attention, supports_causal
 from lra.models.schedule import describe_layers, resolve_options, resolve_schedule
 
@@ -257,7 +258,9 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-LayerNorm block: x + drop(attn(LN x)), then x + drop(mlp(LN x)).
+    """Pre-norm block: x + drop(attn(N x)), then x + drop(mlp(N x)); post-norm block:
+    N(x + drop(attn x)), then N(x + drop(mlp x)). N is a LayerNorm or a masked BatchNorm
+    (lra.models.norms).
 
     If the mechanism's class sets ``replaces_mlp = True`` the block is the attention
     sub-layer alone.
@@ -277,12 +280,19 @@ class Block(nnx.Module):
         attention_dropout: float,
         rngs: nnx.Rngs,
         causal: bool = False,
+        norm: str = "layer",
+        norm_position: str = "pre",
+        norm_momentum: float = 0.9,
     ):
-        """``causal``: build the mechanism with ``causal=True`` (it must declare it)."""
+        """``causal``: build the mechanism with ``causal=True`` (it must declare it).
+        ``norm`` (layer | batch), ``norm_position`` (pre | post) and a BatchNorm's
+        ``norm_momentum``: lra.models.norms."""
+        check_norm(norm, norm_position)
         self.kind = attention
+        self.pre_norm = norm_position == "pre"
         if causal:
             attention_options = {**attention_options, "causal": True}
-        self.attention_norm = nnx.LayerNorm(dim, rngs=rngs)
+        self.attention_norm = make_norm(norm, dim, momentum=norm_momentum, rngs=rngs)
         self.attention = make_attention(
             attention,
             dim=dim,
@@ -296,7 +306,7 @@ class Block(nnx.Module):
         self.attention_dropout = nnx.Dropout(dropout)
         self.has_mlp = not getattr(type(self.attention), "replaces_mlp", False)
         if self.has_mlp:
-            self.mlp_norm = nnx.LayerNorm(dim, rngs=rngs)
+            self.mlp_norm = make_norm(norm, dim, momentum=norm_momentum, rngs=rngs)
             self.mlp = MLP(dim=dim, mlp_dim=mlp_dim, dropout=dropout, rngs=rngs)
             self.mlp_dropout = nnx.Dropout(dropout)
         else:
@@ -311,11 +321,24 @@ class Block(nnx.Module):
         rngs: nnx.Rngs | None = None,
     ):
         kw = {"deterministic": deterministic, "rngs": rngs}
-        attended = self.attention(self.attention_norm(x), mask=mask, **kw)
-        # named for remat=attention, which keeps it (SAVED_OUTSIDE_ATTENTION)
-        x = x + self.attention_dropout(checkpoint_name(attended, "attention_output"), **kw)
+
+        def sublayer(x, norm, layer, dropout, name=None):
+            h = normalize(norm, x, mask, deterministic=deterministic) if self.pre_norm else x
+            h = layer(h)
+            if name is not None:  # named for remat=attention, which keeps it
+                h = checkpoint_name(h, name)
+            x = x + dropout(h, **kw)
+            return x if self.pre_norm else normalize(norm, x, mask, deterministic=deterministic)
+
+        x = sublayer(
+            x,
+            self.attention_norm,
+            lambda h: self.attention(h, mask=mask, **kw),
+            self.attention_dropout,
+            "attention_output",
+        )
         if self.has_mlp:
-            x = x + self.mlp_dropout(self.mlp(self.mlp_norm(x), **kw), **kw)
+            x = sublayer(x, self.mlp_norm, lambda h: self.mlp(h, **kw), self.mlp_dropout)
         return x
 
 
@@ -341,6 +364,9 @@ class Encoder(nnx.Module):
         remat: bool | str = False,
         causal: bool = False,
         attention_max_len: int | None = None,
+        norm: str = "layer",
+        norm_position: str = "pre",
+        norm_momentum: float = 0.9,
         rngs: nnx.Rngs,
     ):
         """``remat`` (a :data:`REMAT_POLICIES` name; ``True``/``False``: block/none) chooses
@@ -349,9 +375,17 @@ class Encoder(nnx.Module):
         ``attention_max_len``: the length the layers are built for (default ``max_len`` plus the
         CLS token): a pretraining model without the classifier's CLS token passes the
         classifier's, so that mechanisms with length-shaped parameters (Linformer's
-        projections, Synthesizer's tables, FLASH's relative bias) hand over their shapes."""
+        projections, Synthesizer's tables, FLASH's relative bias) hand over their shapes.
+        ``norm`` (layer | batch), ``norm_position`` (pre | post) and a BatchNorm's
+        ``norm_momentum``: lra.models.norms; a post-norm encoder has no final norm."""
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        check_norm(norm, norm_position)
+        if causal and norm == "batch":
+            raise ValueError(
+                "norm=batch takes its statistics over every position of the batch, which a "
+                "causal (next-token) model must not see; use norm=layer with pretrain=causal"
+            )
         self.schedule = resolve_schedule(attention, num_layers)
         if causal:
             check_causal(self.schedule)
@@ -383,11 +417,20 @@ class Encoder(nnx.Module):
                     attention_dropout=attention_dropout,
                     rngs=rngs,
                     causal=self.causal,
+                    norm=norm,
+                    norm_position=norm_position,
+                    norm_momentum=norm_momentum,
                 )
                 for name in self.schedule
             ]
         )
-        self.final_norm = nnx.LayerNorm(dim, rngs=rngs)
+        # one assignment: a module, or None for post-norm (nnx fixes an attribute's kind at
+        # its first assignment)
+        self.final_norm = (
+            make_norm(norm, dim, momentum=norm_momentum, rngs=rngs)
+            if norm_position == "pre"
+            else None
+        )
         self.remat = remat_policy(remat)
 
     def __call__(self, tokens, lengths, *, deterministic: bool = True, rngs: DropoutRngs = None):
@@ -411,4 +454,6 @@ class Encoder(nnx.Module):
             policy = REMAT_POLICIES[self.remat]
             for run in runs_of_equal_layers(self.blocks):
                 x = scan_blocks(run, x, mask, policy=policy, **kw)
-        return self.final_norm(x), mask
+        if self.final_norm is not None:
+            x = normalize(self.final_norm, x, mask, deterministic=deterministic)
+        return x, mask

@@ -18,6 +18,10 @@ starts at ``count0 + i * n``, where ``n`` is counted once by tracing the first l
 (:func:`dropout_draws`). A remat policy therefore never changes a run's numbers: the test
 compares the loss and every gradient with ``remat=none`` for every built-in mechanism.
 
+BatchNorm (``norm=batch``, lra.models.masked_batch_norm) updates its running statistics in a
+training call: the scan returns each layer's new ``nnx.BatchStat`` values and writes them back
+to the layers, as the Python loop's calls would have.
+
 Shapes: ``x: float[B, L, D]``, ``mask: bool[B, L]``.
 """
 
@@ -34,8 +38,11 @@ __all__ = ["dropout_draws", "runs_of_equal_layers", "scan_blocks"]
 
 
 def dropout_draws(block: nnx.Module, x: jax.Array, mask: jax.Array, **kw: Any) -> int:
-    """How many keys one call of ``block`` draws from a ``dropout`` stream (traced, not run)."""
+    """How many keys one call of ``block`` draws from a ``dropout`` stream (traced, not run).
+    The probe calls a copy of the block, so its state stays as it was (a BatchNorm updates its
+    statistics in a training call)."""
     drawn: list[int] = []
+    graphdef, state = nnx.split(block)
 
     def probe(x, key):
         # Under ensure_compile_time_eval the counter (a constant) counts up eagerly and stays
@@ -43,7 +50,8 @@ def dropout_draws(block: nnx.Module, x: jax.Array, mask: jax.Array, **kw: Any) -
         # ListOps' attention masks would take gigabytes).
         with jax.ensure_compile_time_eval():
             rngs = nnx.Rngs(dropout=key)
-            block(x, mask=mask, deterministic=False, rngs=rngs, **kw)
+            copy = nnx.merge(graphdef, state, copy=True)  # variables of this trace
+            copy(x, mask=mask, deterministic=False, rngs=rngs, **kw)
             drawn.append(int(rngs.dropout.count[...]))
         return x
 
@@ -77,7 +85,8 @@ def scan_blocks(
 ) -> jax.Array:
     """``x`` float[B, L, D] through ``blocks`` (one structure), each recomputed in the backward
     pass under the ``jax.checkpoint`` ``policy``; ``rngs``' dropout counter advances as the
-    Python loop's would. Blocks must not change their own state during a call."""
+    Python loop's would; their ``nnx.BatchStat`` variables (a BatchNorm's running statistics)
+    take the values their calls computed. No other state may change during a call."""
     graphdef = nnx.graphdef(blocks[0])
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[nnx.state(b) for b in blocks])
     layers = len(blocks)
@@ -96,11 +105,15 @@ def scan_blocks(
         if key is not None:
             layer_rngs = nnx.Rngs(dropout=key)
             layer_rngs.dropout.count[...] = count
-        return block(x, mask=mask, deterministic=deterministic, rngs=layer_rngs, **kw), None
+        y = block(x, mask=mask, deterministic=deterministic, rngs=layer_rngs, **kw)
+        return y, nnx.state(block, nnx.BatchStat)
 
     # prevent_cse=False: inside a scan, CSE cannot merge the recomputation (JAX's advice)
     body = jax.checkpoint(body, policy=policy, prevent_cse=False)
-    x, _ = jax.lax.scan(body, x, (stacked, counts))
+    x, stats = jax.lax.scan(body, x, (stacked, counts))
     if rngs is not None:
         stream.count[...] = first + per * layers
+    if jax.tree.leaves(stats):
+        for index, block in enumerate(blocks):
+            nnx.update(block, jax.tree.map(lambda leaf, i=index: leaf[i], stats))
     return x

@@ -154,6 +154,19 @@ def test_grad_accum_and_devices_give_the_full_batch_losses_with_dropout(listops_
         assert run_losses == pytest.approx(full, rel=1e-5), run
 
 
+def test_batch_norm_statistics_span_the_devices(listops_tiny_dir, tmp_path):
+    # One jit over the mesh: a masked BatchNorm's sums run over the global batch (SyncBatchNorm;
+    # statistics of each device's 8 rows alone would give other losses), and evaluation uses
+    # the same running statistics.
+    overrides = (*DROPOUT_RUN, "task.arch.norm=batch")
+    two = _start_worker(listops_tiny_dir, tmp_path / "d2", 2, *overrides)
+    one = train_small(listops_tiny_dir, tmp_path / "d1", *overrides)
+    two = _result(two)
+    assert two["num_devices"] == 2 and one["config"]["task"]["arch"]["norm"] == "batch"
+    assert _losses(two) == pytest.approx(_losses(one), rel=1e-5)
+    assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-6)
+
+
 def test_grad_accum_with_threefry_draws_other_masks(listops_tiny_dir, tmp_path):
     # threefry cannot address a batch's rows: its micro-batches fold their index into the key.
     short = (*DROPOUT_RUN[2:], "trainer.num_steps=2", "trainer.dropout_rng=threefry")
@@ -361,6 +374,9 @@ def test_preflight_never_offers_a_setting_that_raises_memory():
     assert "trainer.remat=block (72 MB → 40 MB)" in message
     with pytest.raises(OutOfMemory, match="dropout_rng=threefry micro-batches draw other"):
         check_fits(72_000_000, 0.05, _fake_memory, 32, 1, "none", dropout_rng="threefry")
+    with pytest.raises(OutOfMemory, match="norm=batch each micro-batch is normalised by its own"):
+        check_fits(72_000_000, 0.05, _fake_memory, 32, 1, "none", batch_norm=True)
+    assert "normalised" not in message  # a LayerNorm model: grad_accum changes nothing
     # A run whose policy costs memory is told that none needs less.
     found = fitting_overrides(_fake_memory, 80_000_000, 32, 1, "worse", needed=88_000_000)
     assert ("trainer.remat=none", 72_000_000) in found

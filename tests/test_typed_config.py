@@ -152,7 +152,8 @@ TOP_KEYS = (
     "protocol, rebuild, results_dir, seed, stage, task, trainer"
 )
 ARCH_KEYS = (
-    "attention_dropout, dim, dropout, mlp_dim, num_heads, num_layers, pooling, positions, qkv_dim"
+    "attention_dropout, dim, dropout, mlp_dim, norm, norm_momentum, norm_position, num_heads, "
+    "num_layers, pooling, positions, qkv_dim"
 )
 TASK_KEYS = (
     "arch, data_subdir, dataset, dual, generator, max_length, name, num_classes, source, "

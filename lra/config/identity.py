@@ -59,6 +59,10 @@ NON_RESULT_TRAINER_KEYS = (
 )
 
 
+# task.arch.* keys left out of the identity at these values (added after runs were recorded).
+ARCH_DEFAULTS_OUT_OF_IDENTITY = {"norm": "layer", "norm_position": "pre", "norm_momentum": 0.9}
+
+
 def result_config(config: dict) -> dict:
     """``config`` (a resolved plain dict) without the keys that cannot change the result."""
     kept = {k: copy.deepcopy(v) for k, v in config.items() if k not in NON_RESULT_KEYS}
@@ -67,6 +71,12 @@ def result_config(config: dict) -> dict:
         # Self-pretraining off (configs/pretrain/none.yaml): its settings cannot change a
         # result, and every run before the key existed keeps its identity.
         del kept["pretrain"]
+    arch = (kept.get("task") or {}).get("arch")
+    if isinstance(arch, dict):
+        # The LRA encoder's norm (the defaults): every run before the keys keeps its identity.
+        for key, default in ARCH_DEFAULTS_OUT_OF_IDENTITY.items():
+            if arch.get(key, default) == default:
+                arch.pop(key, None)
     trainer = kept.get("trainer")
     if isinstance(trainer, dict):
         kept["trainer"] = {k: v for k, v in trainer.items() if k not in NON_RESULT_TRAINER_KEYS}

@@ -101,6 +101,9 @@ ResumeMode = Literal["auto", "never", "must"]  # lra.run.folder
 ValSource = Literal["official", "train", "test"]  # lra.data.tasks (per task: a subset)
 Pooling = Literal["cls", "mean", "last"]  # lra.models.encoder
 Positions = Literal["sinusoidal", "learned"]  # lra.models.encoder
+Norm = Literal["layer", "batch"]  # lra.models.norms
+NormPosition = Literal["pre", "post"]  # lra.models.norms
+Momentum = Annotated[float, Range(ge=0, lt=1)]  # a BatchNorm's running statistics (Flax's)
 DistributedMode = Literal["auto", True, False]
 CpuCollectives = Literal["gloo", "mpi"]
 Split = Literal["train", "val", "test"]
@@ -186,6 +189,11 @@ class ArchConfig:
     attention_dropout: DropoutRate = MISSING
     pooling: Annotated[str, Pooling] = MISSING
     positions: Annotated[str, Positions] = MISSING
+    # LayerNorm or masked BatchNorm, before each sublayer (and after the last block) or after
+    # each residual sum (lra.models.norms); the task files give the LRA encoder's.
+    norm: Annotated[str, Norm] = MISSING
+    norm_position: Annotated[str, NormPosition] = MISSING
+    norm_momentum: Momentum = MISSING  # norm=batch: running = m * running + (1 - m) * batch
 
 
 @dataclass

@@ -23,7 +23,13 @@ from omegaconf import OmegaConf
 from lra.device import measure
 from lra.train import dropout_rng
 from lra.train.describe import softmax_implementations
-from lra.train.model import build_model, count_params, plain_softmax_kwargs, pretraining
+from lra.train.model import (
+    build_model,
+    count_params,
+    plain_softmax_kwargs,
+    pretraining,
+    split_model,
+)
 from lra.train.optim import make_optimizer
 from lra.train.steps import TrainState, make_steps
 
@@ -86,7 +92,7 @@ def _formula_flops(cfg, state, example_batch, dropout_key, jit_options) -> float
     recomputation is not counted: it is overhead).
     """
     model = build_model(cfg, nnx.Rngs(params=0), plain_softmax_kwargs(cfg))
-    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, _, rest = split_model(model)
     grad_accum = int(cfg.trainer.grad_accum)
     step, _ = make_steps(
         graphdef,
@@ -134,7 +140,7 @@ def compile_steps(
     XLA's count as it is).
     """
     model = build_model(cfg, nnx.Rngs(params=jax.random.key(int(cfg.seed))))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, rest = split_model(model)
     tx = make_optimizer(cfg.trainer)
     grad_accum = int(cfg.trainer.grad_accum)
     train_step, eval_step = make_steps(

@@ -59,7 +59,7 @@ from lra.train.describe import attention_sources, layers_description
 from lra.train.eval_loop import evaluate, majority_rate
 from lra.train.fields import compiled_fields, memory_fields, run_fields, setup_fields
 from lra.train.memory import compile_or_explain, out_of_memory, preflight
-from lra.train.model import pretraining
+from lra.train.model import pretraining, weights_only
 from lra.train.optim import describe_param_groups, make_schedule
 from lra.train.parallel import Topology
 from lra.train.state import LoopContext, LoopState
@@ -386,7 +386,9 @@ def _record(setup: Setup, loop: LoopState, test: dict, *, code_version: str) -> 
         "split_sizes": {name: len(split) for name, split in splits.items()},
         **result,
         "num_steps": int(cfg.trainer.num_steps),
-        "param_groups": describe_param_groups(cfg.trainer, setup.compiled.state.params),
+        "param_groups": describe_param_groups(
+            cfg.trainer, weights_only(setup.compiled.state.params)
+        ),
         "train_steps_per_sec": train_rate,
         "eval_steps_per_sec": loop.eval_timer.steps_per_sec,
         "attention_sources": attention_sources(cfg),

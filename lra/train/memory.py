@@ -9,6 +9,7 @@ error into one clear :class:`OutOfMemory`.
 
 from lra.device import measure
 from lra.train.compile import compile_steps, compile_train_variant
+from lra.train.model import model_kwargs
 from lra.train.preflight import OutOfMemory, check_fits, compile_error_summary
 
 
@@ -67,6 +68,7 @@ def preflight(cfg, compiled, topology, compile_error=None) -> None:
         step=step,
         compile_error=compile_error,
         dropout_rng=str(trainer.dropout_rng),
+        batch_norm=model_kwargs(cfg).get("norm") == "batch",
     )
 
 

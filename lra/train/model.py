@@ -80,5 +80,24 @@ def plain_softmax_kwargs(cfg) -> dict:
     return {**kwargs, "attention_options": options}
 
 
+# What the train state keeps of a model (lra.train.steps): its parameters and a BatchNorm's
+# running statistics (lra.models.masked_batch_norm); everything else stays in the graph.
+TRAIN_STATE_VARIABLES = (nnx.Param, nnx.BatchStat)
+
+
+def split_model(model: nnx.Module):
+    """``(graphdef, params, rest)``: ``params`` the train state's variables
+    (:data:`TRAIN_STATE_VARIABLES`), ``rest`` the model's other state."""
+    return nnx.split(model, TRAIN_STATE_VARIABLES, ...)
+
+
+def weights_only(params):
+    """``params`` (a train state's) without a BatchNorm's statistics: the trained parameters."""
+    if isinstance(params, nnx.State):
+        return nnx.split_state(params, nnx.Param, ...)[0]
+    return params
+
+
 def count_params(params) -> int:
-    return int(sum(x.size for x in jax.tree.leaves(params)))
+    """The number of trained parameters in ``params`` (a BatchNorm's statistics are not)."""
+    return int(sum(x.size for x in jax.tree.leaves(weights_only(params))))

@@ -181,6 +181,7 @@ def check_fits(
     step: str = "train step",
     compile_error: BaseException | None = None,
     dropout_rng: str = "hash",
+    batch_norm: bool = False,
 ) -> None:
     """Raise :class:`OutOfMemory` naming what fits if ``needed`` bytes exceed the device's.
 
@@ -190,6 +191,8 @@ def check_fits(
     when the memory analysis is too large, and ``measure_bytes`` returns None for a setting
     that fails the same way. ``dropout_rng``: the run's generator; the advice says when
     ``grad_accum`` would change its dropout masks (:func:`lra.train.dropout_rng.batch_rows`).
+    ``batch_norm``: the model normalises with a masked BatchNorm, whose statistics
+    ``grad_accum`` changes (each micro-batch's); the advice says so.
     """
     available, source = device_memory(limit_gb)
     if compile_error is not None:
@@ -229,6 +232,11 @@ def check_fits(
             advice += (
                 f" (with trainer.dropout_rng={dropout_rng} micro-batches draw other dropout "
                 "masks than the whole batch; the hash generator draws the same)"
+            )
+        if batch_norm and any("grad_accum" in words for words, _ in found):
+            advice += (
+                " (with task.arch.norm=batch each micro-batch is normalised by its own "
+                "statistics, so grad_accum changes the result; a remat policy does not)"
             )
     else:
         advice = (

@@ -8,6 +8,13 @@ of time). Dropout keys are ``fold_in(key, step)``, so a run is a function of its
 micro-batch's key draws its rows of the whole batch's masks
 (:func:`lra.train.dropout_rng.batch_rows`), so ``grad_accum`` changes memory, not masks.
 
+``params`` is the model's ``nnx.Param`` and ``nnx.BatchStat`` variables
+(:func:`lra.train.model.split_model`): a masked BatchNorm's running statistics
+(lra.models.masked_batch_norm) live beside the weights, so checkpoints, the best-validation
+copy and the pretraining hand-off carry them. They get no gradient and take no optimizer
+update: the train step sets them to the values its forward pass computed (under
+``grad_accum`` the mean of the micro-batches'), in float32 whatever the precision.
+
 Batches are the dicts of :mod:`lra.data.pipeline`: ``tokens`` and ``lengths``
 are tuples (two entries for the dual-encoder Retrieval task) of ``int32[B, L]`` and
 ``int32[B]``, ``labels`` is ``int32[B]`` and ``weights`` is ``float32[B]`` (0 for filler
@@ -41,11 +48,14 @@ def cast_floats(tree, dtype):
 
 
 def _forward(graphdef, params, rest, batch, *, deterministic, rngs, dtype):
-    # copy=True: fresh variables in this trace, so nnx.remat may write its state back
-    model = nnx.merge(graphdef, cast_floats(params, dtype), rest, copy=True)
+    """``(logits float32[...], batch_stats)``: the model's output and its BatchNorm running
+    statistics after the call (an empty State for a model without BatchNorm)."""
+    weights, stats = nnx.split_state(params, nnx.Param, ...)
+    # copy=True: fresh variables in this trace, so a BatchNorm may write its statistics
+    model = nnx.merge(graphdef, cast_floats(weights, dtype), stats, rest, copy=True)
     args = [a for pair in zip(batch["tokens"], batch["lengths"], strict=True) for a in pair]
     logits = model(*args, deterministic=deterministic, rngs=rngs)
-    return logits.astype(jnp.float32)
+    return logits.astype(jnp.float32), nnx.state(model, nnx.BatchStat)
 
 
 def _weighted_metrics(logits, batch):
@@ -108,19 +118,20 @@ def make_steps(
 
     def loss_sums(params, batch, dropout_key):
         rngs = nnx.Rngs(dropout=dropout_key)  # created inside the traced function
-        logits = _forward(
+        logits, stats = _forward(
             graphdef, params, rest, batch, deterministic=False, rngs=rngs, dtype=dtype
         )
         loss_sum, correct, count = weighted_metrics(logits, batch)
-        return loss_sum, (correct, count)
+        return loss_sum, (correct, count, stats)
 
     sums_and_grads = jax.value_and_grad(loss_sums, has_aux=True)
 
     def batch_gradients(params, batch, dropout_key):
-        """Summed loss, correct count, weight count and summed gradients of the batch."""
+        """Summed loss, correct count, weight count, new BatchNorm statistics and summed
+        gradients of the batch."""
         if grad_accum == 1:
-            (loss_sum, (correct, count)), grads = sums_and_grads(params, batch, dropout_key)
-            return loss_sum, correct, count, grads
+            (loss_sum, (correct, count, stats)), grads = sums_and_grads(params, batch, dropout_key)
+            return loss_sum, correct, count, stats, grads
 
         def micro_sums(micro):
             index, micro_batch = micro
@@ -128,19 +139,24 @@ def make_steps(
             return sums_and_grads(params, micro_batch, key)
 
         micro = (jnp.arange(grad_accum), _micro_batches(batch, grad_accum))
-        (loss_sum, (correct, count)), grads = _summed_over(micro_sums, micro)
-        return loss_sum, correct, count, grads
+        (loss_sum, (correct, count, stats)), grads = _summed_over(micro_sums, micro)
+        stats = jax.tree.map(lambda total: total / grad_accum, stats)  # the micro-batches' mean
+        return loss_sum, correct, count, stats, grads
 
     def train_step(state: TrainState, batch, key):
         dropout_key = jax.random.fold_in(key, state.step)
         if objective is not None:
             batch = objective.prepare(batch, objective.key(state.step))
-        loss_sum, correct, count, grad_sums = batch_gradients(state.params, batch, dropout_key)
+        loss_sum, correct, count, stats, grad_sums = batch_gradients(
+            state.params, batch, dropout_key
+        )
         if objective is not None:  # a batch may, rarely, mask no position
             count = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / count, grad_sums)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        if jax.tree.leaves(stats):  # a BatchNorm's statistics: the forward pass's, no update
+            params = nnx.merge_state(params, stats)
         metrics = {
             "loss": loss_sum / count,
             "accuracy": correct / count,
@@ -149,7 +165,9 @@ def make_steps(
         return TrainState(params, opt_state, state.step + 1), metrics
 
     def eval_sums(params, batch):
-        logits = _forward(graphdef, params, rest, batch, deterministic=True, rngs=None, dtype=dtype)
+        logits, _ = _forward(
+            graphdef, params, rest, batch, deterministic=True, rngs=None, dtype=dtype
+        )
         loss_sum, correct, count = weighted_metrics(logits, batch)
         return {"loss_sum": loss_sum, "correct": correct, "count": count}
 
