@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 from conftest import make_config
 from flax import nnx
@@ -149,8 +150,16 @@ def test_every_authors_file_validates_records_authors_and_its_groups_match_the_m
     from lra.train.model import build_model
 
     tiny = make_config(*overrides, "task.arch.num_layers=1", "task.arch.dim=8")
-    _, params, _ = nnx.split(build_model(tiny, nnx.Rngs(params=0)), nnx.Param, ...)
+    _, params, stats, _ = nnx.split(
+        build_model(tiny, nnx.Rngs(params=0)), nnx.Param, nnx.BatchStat, ...
+    )
     optim.make_optimizer(tiny.trainer).init(params)
+    # Every reference normalises with BatchNorm; post-norm exactly where the header quotes the
+    # source's prenorm false (S4's ListOps and Image files).
+    assert "not built yet" not in text
+    arch = config["task"]["arch"]
+    assert arch["norm"] == "batch" and jax.tree.leaves(stats)  # running statistics exist
+    assert arch["norm_position"] == ("post" if "prenorm false" in text else "pre")
     changed = resolved(*overrides, "trainer.learning_rate=0.5")
     assert describe_setting(changed)["protocol"] == "custom"
 
@@ -162,3 +171,47 @@ def test_other_protocols_keep_their_settings_and_identities():
     assert official["task"]["arch"]["num_layers"] == 4
     theirs = resolved("model=s5", "task=listops", "protocol=transnormer")
     assert theirs["task"]["arch"]["dim"] == 128 and theirs["trainer"]["param_groups"] is None
+
+
+# (overrides, norm, norm_position): S4's s4-listops.yaml (prenorm false, norm batch); S5's
+# --batchnorm=True with its default prenorm=True; LRU's Appendix D.1 (batch normalisation
+# before the recurrent block); OpenNLPLab/lra transnormer-lra-imdb.yaml (norm batch) and
+# transnormer-lra-listops.yaml (norm layer), both prenorm true, for every model.
+REFERENCE_NORMS = [
+    (("model=s4d", "task=listops", "protocol=authors"), "batch", "post"),
+    (("model=s5", "task=text", "protocol=authors"), "batch", "pre"),
+    (("model=lru", "task=image", "protocol=authors"), "batch", "pre"),
+    (("model=transformer", "task=text", "protocol=transnormer"), "batch", "pre"),
+    (("model=transformer", "task=listops", "protocol=transnormer"), "layer", "pre"),
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, norm, position", REFERENCE_NORMS, ids=[" ".join(o) for o, _, _ in REFERENCE_NORMS]
+)
+def test_protocols_build_the_references_norms(overrides, norm, position):
+    from lra.train.model import build_model, model_kwargs
+
+    config = make_config(*overrides)
+    assert (config.task.arch.norm, config.task.arch.norm_position) == (norm, position)
+    kwargs = model_kwargs(config)  # after the model's arch_overrides
+    assert (kwargs["norm"], kwargs["norm_position"]) == (norm, position)
+    tiny = make_config(*overrides, "task.arch.num_layers=1", "task.arch.dim=8")
+    stats = nnx.state(build_model(tiny, nnx.Rngs(params=0)), nnx.BatchStat)
+    assert bool(jax.tree.leaves(stats)) == (norm == "batch")
+    official = make_config(*overrides[:2])  # the LRA setting keeps the LayerNorm, pre-norm
+    assert (official.task.arch.norm, official.task.arch.norm_position) == ("layer", "pre")
+
+
+def test_lra_bench_takes_the_authors_model_settings_at_the_figure_1_sizes():
+    from lra.config.compose import compose_config
+
+    bench = compose_config("bench", ["model=s5", "protocol=authors"])
+    text = make_config("model=s5", "task=text", "protocol=authors")
+    assert OmegaConf.to_container(bench.model.attention_options) == OmegaConf.to_container(
+        text.model.attention_options
+    )
+    assert (bench.task.arch.norm, bench.task.arch.norm_momentum) == ("batch", 0.95)
+    official = compose_config("bench", ["model=s5"])
+    for key in ("dim", "qkv_dim", "mlp_dim"):  # bench.yaml's own (Figure-1) sizes win
+        assert bench.task.arch[key] == official.task.arch[key] < text.task.arch[key]
