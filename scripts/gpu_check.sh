@@ -22,12 +22,22 @@
 #   6. bench.txt        lra-bench of the Transformer in bf16 without attention dropout (cuDNN's
 #                       fused attention under `implementation: auto`) at 1024 and 4096, records
 #                       in bench_bf16/; then of the Figure-1 models at lengths 1024, 2048, 4096
-#                       (bench.windows=3) in one process, round-robin, until the deadline;
+#                       (bench.windows=3) in one process, round-robin, until the deadline
+#                       less step 7's share (LRA_GPU_CHECK_MEMORY_S);
 #                       records in bench/.
 #      compare_pytorch.txt/.json
 #                       if time is left and PyTorch imports: scripts/compare_pytorch.py with the
 #                       twin on CUDA (transformer, transnormer_t2, performer at 1024 and 4096)
-#   7. summary.txt      each step's exit status, verdict and seconds (also printed)
+#   7. memory_settings.txt
+#                       scripts/memory_settings.py (issue 29): compiled memory of one official
+#                       ListOps train step (XLA's memory analysis, compiles only) under
+#                       trainer.grad_accum 1 and 4 x trainer.remat none, block, attention,
+#                       dots_no_batch, for the Transformer and TransNormer T2, one process each
+#                       with half of the last LRA_GPU_CHECK_MEMORY_S (default 160 s) of the
+#                       deadline, which steps 6 and 6b leave to it; one JSON line per cell, in
+#                       that order, so a process cut short keeps the cells it finished. The
+#                       CPU's table: results/cpu/memory_settings.md.
+#   8. summary.txt      each step's exit status, verdict and seconds (also printed)
 # Hydra's run folders (with each step's lra.log) go to hydra/.
 #
 # How long: about 9 minutes on one H200; no step starts after LRA_GPU_CHECK_DEADLINE_S
@@ -42,9 +52,10 @@
 # The dry run checks the script, not the harness: 20 training steps, lra-bench of 2 models at
 # length 256 with batch 2 and 1-step windows, the pre-flight's fitting path through
 # trainer.memory_limit_gb=200 and its search on listops_tiny at batch 2048 with a 0.5 GB limit
-# (a CPU compiles the official model's variants too slowly) with a 240 s timeout, and a 900 s
-# deadline; about 10 minutes on 2 loaded cores. The tests keep their 150 s timeout, which a
-# CPU runs past.
+# (a CPU compiles the official model's variants too slowly) with a 240 s timeout, the memory
+# settings of listops_tiny (grad_accum 1, remat none and block; 120 s reserved), and a 900 s
+# deadline; about 10 minutes on 2 loaded cores. The tests keep their 150 s timeout, which a CPU
+# runs past.
 # Under this workplace's device tool, with the wheels below carried:
 #   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=590)
 # If $OUT is set (the device tool's folder of files that come back), results/<device>/ is packed
@@ -91,6 +102,10 @@ if [[ -n $dry_run ]]; then
   compare_models=transformer
   compare_lengths=256
   compare_extra=(--batch-size 2 --rounds 1 --steps 1 --warmup 1 --attention-dropout 0)
+  memory_task=listops_tiny  # a CPU compiles each official ListOps cell in 10-60 s
+  memory_remats=none,block  # a loaded CPU: about 20 s a cell even for listops_tiny
+  memory_accums=(1)
+  memory_s="${LRA_GPU_CHECK_MEMORY_S:-120}"
 else
   deadline="${LRA_GPU_CHECK_DEADLINE_S:-540}"
   lengths="[1024,2048,4096]"
@@ -104,7 +119,12 @@ else
   compare_models=transformer,transnormer_t2,performer
   compare_lengths=1024,4096
   compare_extra=(--rounds 2 --steps 5 --warmup 2)
+  memory_task=listops
+  memory_remats=none,block,attention,dots_no_batch
+  memory_accums=(1 4)
+  memory_s="${LRA_GPU_CHECK_MEMORY_S:-160}"  # H200: 7.5-17.3 s to compile a train step
 fi
+memory_models=(transformer transnormer_t2)
 min_step_s=15      # a step with less time left than this is skipped
 min_bench_s=30     # likewise a benchmarked model
 
@@ -412,9 +432,10 @@ fi
 # First the Transformer in bf16 without attention dropout, where `implementation: auto` picks
 # cuDNN's fused attention (issue 15, item 3; its records' softmax_implementation says which
 # ran). Then every Figure-1 model as lra-bench runs it by default (float32), in one process,
-# round-robin (each length: every model), until the deadline. One process, not one per length
-# (bench.isolate=false): on the H200 each cell compiled for 10-17 s (XLA's GPU autotuning),
-# and one fresh process per length ran only 2-3 lengths of a model per minute. A cell whose
+# round-robin (each length: every model), until memory_s (step 7's share) before the deadline.
+# One process, not one per length (bench.isolate=false): on the H200 each cell compiled for
+# 10-17 s (XLA's GPU autotuning), and one fresh process per length ran only 2-3 lengths of a
+# model per minute. A cell whose
 # steps did not raise the process's device peak records its compiled memory instead
 # (memory_source says which), so no cell reports another's memory.
 rm -f "$out/bench.txt"
@@ -434,8 +455,14 @@ bench_step() {  # bench_step NAME TIMEOUT_S RESULTS_DIR OVERRIDES...
 }
 bench_step bench_transformer_bf16 90 "$out/bench_bf16" model=transformer trainer.precision=bf16 \
   task.arch.attention_dropout=0 "lengths=$bf16_lengths"
-bench_step bench 600 "$out/bench" "models=[$(IFS=,; echo "${models[*]}")]" "lengths=$lengths" \
-  bench.isolate=false
+bench_limit=$((deadline - memory_s - SECONDS))  # leaves memory_s to step 7
+((bench_limit > 600)) && bench_limit=600
+if ((bench_limit < min_bench_s)); then
+  record bench skipped 0 "past the ${deadline}s deadline less ${memory_s}s" 0
+else
+  bench_step bench "$bench_limit" "$out/bench" "models=[$(IFS=,; echo "${models[*]}")]" \
+    "lengths=$lengths" bench.isolate=false
+fi
 
 # ---------------------------------------------------------------- 6b. PyTorch side by side
 # If time is left and the machine's Python has PyTorch: scripts/compare_pytorch.py on the GPU
@@ -445,15 +472,40 @@ rm -f "$out/compare_pytorch.txt"
 if ! "$py" -c "import torch" >/dev/null 2>&1; then
   echo "# no PyTorch under $py: not run" >"$out/compare_pytorch.txt"
   record compare_pytorch skipped 0 "no PyTorch" 1
-elif ((deadline - SECONDS < min_bench_s)); then
-  record compare_pytorch skipped 0 "past the ${deadline}s deadline" 1
+elif ((deadline - memory_s - SECONDS < min_bench_s)); then
+  record compare_pytorch skipped 0 "past the ${deadline}s deadline less ${memory_s}s" 1
 else
-  run_and_record compare_pytorch 120 "$out/compare_pytorch.txt" \
+  compare_limit=$((deadline - memory_s - SECONDS))  # leaves memory_s to step 7
+  ((compare_limit > 120)) && compare_limit=120
+  run_and_record compare_pytorch "$compare_limit" "$out/compare_pytorch.txt" \
     "$py" scripts/compare_pytorch.py --models "${compare_models}" --lengths "$compare_lengths" \
     "${compare_extra[@]}" --out "$out/compare_pytorch.json"
 fi
 
-# ---------------------------------------------------------------- 7. summary
+# ---------------------------------------------------------------- 7. memory settings
+# What trainer.grad_accum and trainer.remat save on this device (issue 29): per model one
+# process of scripts/memory_settings.py, which compiles each cell from shapes (no data) and
+# prints a JSON line per cell as it finishes; each gets half of the time left (at least the
+# memory_s the steps before left it, unless they ran late).
+rm -f "$out/memory_settings.txt"
+for i in "${!memory_models[@]}"; do
+  model=${memory_models[$i]}
+  limit=$(((deadline - SECONDS) / (${#memory_models[@]} - i)))
+  run_step "memory_$model" "$((limit > min_step_s ? limit : min_step_s))" \
+    "$out/memory_settings.txt" "$py" scripts/memory_settings.py --remat "$memory_remats" \
+    "task=$memory_task" "model=$model" -- "${memory_accums[@]}"
+  cells=$(grep -c "\"model\": \"$model\"" "$out/memory_settings.txt")
+  want=$(( ${#memory_accums[@]} * $(tr ',' '\n' <<<"$memory_remats" | wc -l) ))
+  case $last_rc in
+    0) record "memory_$model" 0 "$last_seconds" "ok, $cells of $want cells" 1 ;;
+    skipped) record "memory_$model" skipped 0 "past the deadline" 0 ;;
+    124|137) record "memory_$model" "$last_rc" "$last_seconds" \
+      "timed out after $cells of $want cells" 0 ;;
+    *) record "memory_$model" "$last_rc" "$last_seconds" "failed after $cells of $want cells" 0 ;;
+  esac
+done
+
+# ---------------------------------------------------------------- 8. summary
 write_summary
 pack_out
 echo

@@ -28,9 +28,10 @@ from lra.errors import LRAError
 log = logging.getLogger("lra.train.preflight")
 GB = 1e9
 # The trainer.remat policies the search compiles (lra.models.encoder.REMAT_POLICIES), in the
-# order it names those that fit; "none" for a run whose remat policy costs memory (on CPU
-# at the official settings, every one: results/cpu/memory_settings.md).
-REMAT_CANDIDATES = ("none", "dots_no_batch", "block")
+# order it names those that fit; "none" for a run whose remat policy costs memory. On CPU at
+# the official settings block saves the most, attention and dots_no_batch about half as much,
+# and dots raises the softmax Transformer's memory (results/cpu/memory_settings.md).
+REMAT_CANDIDATES = ("none", "attention", "dots_no_batch", "block")
 
 
 def _policy(remat: str | bool) -> str:
