@@ -15,6 +15,13 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # (seen on an H200): the tests compare formulas and equal runs, so they run full float32.
 if os.environ["JAX_PLATFORMS"] != "cpu":
     os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# On a CPU, XLA's backend without LLVM optimisation: it changes how fast a compiled program
+# runs, not what it computes or how much memory XLA's analysis gives it, and it cuts the
+# suite's compile time 2-4x (tests/test_ssm_lru_mamba.py: 142 -> 75 s; seen 2026-12-05).
+# Subprocesses inherit it; lra.measure.conformance compiles its checks the same way.
+elif "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
 # Many tests compile the same small programs: let them share XLA's persistent cache
 # (subprocesses inherit it through the environment). A fresh folder per test session.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:

@@ -26,9 +26,11 @@ def test_every_figure1_mechanism_is_registered():
     assert expected <= set(lra.models.ATTENTION_NAMES)
 
 
-# Shorter than lra-check-attention's default (1024, 2048, 4096) to keep the suite fast on 2
-# cores; the slopes are as clear (lra-check-attention --all runs the default lengths).
-TEST_LENGTHS = (512, 1024, 2048)
+# Shorter and fewer than lra-check-attention's default (1024, 2048, 4096) to keep the suite fast
+# on 2 cores: each length is one more compile of forward + backward, which dominates the check.
+# Two lengths give the slope (linear <= 1.35 < 1.5 <= quadratic); both are on softmax
+# attention's chunked path (from 1024 on a CPU). lra-check-attention --all runs the defaults.
+TEST_LENGTHS = (1024, 2048)
 
 
 @pytest.mark.parametrize("name", lra.models.ATTENTION_NAMES)

@@ -51,6 +51,11 @@ def first_checkpoint(results_dir: Path):
     return lambda: any(results_dir.glob("*/checkpoints/50/commit_success.txt"))
 
 
+# The tests that use the module fixture `uninterrupted` run on one pytest-xdist worker
+# (--dist loadgroup), so it is built once, not once per worker.
+UNINTERRUPTED_GROUP = pytest.mark.xdist_group("interrupt_uninterrupted")
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(listops_tiny_dir, tmp_path_factory):
     cfg = make_config(*overrides(listops_tiny_dir, tmp_path_factory.mktemp("full")))
@@ -66,6 +71,7 @@ def assert_same_result(resumed: dict, full: dict) -> None:
         assert resumed[key] == full[key], key
 
 
+@UNINTERRUPTED_GROUP
 def test_sigkill_after_a_checkpoint_then_rerun_gives_the_uninterrupted_record(
     listops_tiny_dir, tmp_path, uninterrupted
 ):
@@ -88,6 +94,7 @@ def test_sigkill_after_a_checkpoint_then_rerun_gives_the_uninterrupted_record(
     assert_same_result(record, uninterrupted)
 
 
+@UNINTERRUPTED_GROUP
 def test_sigterm_saves_and_exits_within_seconds_with_one_line(
     listops_tiny_dir, tmp_path, uninterrupted
 ):
@@ -169,6 +176,7 @@ def test_a_second_trainer_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
         assert f'"pid": {os.getpid()}' in (tmp_path / "lock").read_text()
 
 
+@UNINTERRUPTED_GROUP
 def test_submitit_requeue_signal_saves_first_and_the_requeued_job_resumes_there(
     listops_tiny_dir, tmp_path, uninterrupted
 ):

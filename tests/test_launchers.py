@@ -41,6 +41,11 @@ def sweep(listops_tiny_dir, tmp_path, *overrides, env=None):
     )
 
 
+# The tests that use the module fixture `compiled` run on one pytest-xdist worker
+# (--dist loadgroup), so it is built once, not once per worker.
+COMPILED_GROUP = pytest.mark.xdist_group("launchers_compiled")
+
+
 @pytest.fixture(scope="module")
 def compiled(listops_tiny_dir, tmp_path_factory):
     """The small run's programs in XLA's persistent cache (conftest), so that the jobs of a
@@ -53,6 +58,7 @@ def records_in(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*/record.json"))]
 
 
+@COMPILED_GROUP
 def test_joblib_sweep_runs_each_parallel_job_on_its_own_gpu_slot(compiled, tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # slots: 0 .. n_jobs-1
     out = sweep(compiled, tmp_path, "hydra/launcher=local_gpus", env={"LRA_NUM_GPUS": "2"})
@@ -71,6 +77,7 @@ def test_joblib_sweep_runs_each_parallel_job_on_its_own_gpu_slot(compiled, tmp_p
     assert all("GPU slot " in log for log in logs)
 
 
+@COMPILED_GROUP
 def test_submitit_local_sweep_writes_every_record_and_the_summary(compiled, tmp_path):
     out = sweep(compiled, tmp_path, "hydra/launcher=submitit_local")
     assert out.returncode == 0, out.stderr

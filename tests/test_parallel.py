@@ -328,7 +328,7 @@ def test_eval_step_in_micro_batches_gives_the_sums_of_the_whole_batch(listops_ti
 # Bytes a step would need under each remat policy: 64 MB of activations (split over
 # micro-batches) scaled by the policy; "worse" stands for a policy that raises memory, as
 # block remat does on XLA's CPU for the official settings (issue 29).
-_REMAT_SCALE = {"none": 1.0, "block": 0.5, "dots_no_batch": 0.75, "worse": 1.25}
+_REMAT_SCALE = {"none": 1.0, "block": 0.5, "attention": 0.75, "dots_no_batch": 0.75, "worse": 1.25}
 
 
 def _fake_memory(k: int, remat: str) -> int:

@@ -22,6 +22,11 @@ PER_DIFFICULTY = 40  # 32-px images per difficulty for the intensity test
 EXTRA_BASELINE = 60  # more baseline images for the label statistics
 
 
+# The tests that read the generated samples run on one pytest-xdist worker (--dist loadgroup),
+# so the module fixture generates them once, not once per worker.
+SAMPLES_GROUP = pytest.mark.xdist_group("pathfinder_gen_samples")
+
+
 @pytest.fixture(scope="module")
 def samples():
     """{difficulty: [(image, label, info), ...]} of 32-px images."""
@@ -61,6 +66,7 @@ def test_params_table_and_bad_settings():
         pg.params_for(32, "curv_hard")
 
 
+@SAMPLES_GROUP
 def test_images_labels_and_markers(samples):
     everything = _all(samples)
     labels = np.array([label for _, label, _ in everything])
@@ -83,6 +89,7 @@ def test_images_labels_and_markers(samples):
         assert (a == b) == (label == 1)
 
 
+@SAMPLES_GROUP
 def test_occupancy_flood_fill_matches_label(samples):
     for _, label, info in _all(samples):
         occ = info["occupancy"]
@@ -99,6 +106,7 @@ def test_occupancy_flood_fill_matches_label(samples):
         assert info["target_paths"][0] is info["paths"][0]
 
 
+@SAMPLES_GROUP
 def test_image_consistent_with_occupancy(samples):
     for image, _, info in _all(samples):
         occ = info["occupancy"]
@@ -116,6 +124,7 @@ def test_image_consistent_with_occupancy(samples):
         assert set(lit.tolist()) >= set(range(1, count + 1))
 
 
+@SAMPLES_GROUP
 def test_mean_intensity_rises_with_difficulty(samples):
     means = [np.mean([im.mean() for im, _, _ in samples[d][:PER_DIFFICULTY]]) for d in DIFFS]
     assert means[0] < means[1] < means[2], means

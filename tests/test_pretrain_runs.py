@@ -43,11 +43,17 @@ def assert_same(resumed: dict, full: dict) -> None:
         assert again[key] == first[key], key
 
 
+# The tests that use the module fixture `uninterrupted` run on one pytest-xdist worker
+# (--dist loadgroup), so it is built once, not once per worker.
+UNINTERRUPTED_GROUP = pytest.mark.xdist_group("pretrain_runs_uninterrupted")
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(listops_tiny_dir, tmp_path_factory):
     return spt(listops_tiny_dir, tmp_path_factory.mktemp("spt"))
 
 
+@UNINTERRUPTED_GROUP
 def test_two_stages_write_two_records(uninterrupted):
     from lra.record.store import PRETRAIN_RECORD_KEYS, TRAIN_RECORD_KEYS
 
@@ -99,6 +105,7 @@ class Crash(Exception):
 
 
 @pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+@UNINTERRUPTED_GROUP
 def test_a_crash_in_either_stage_then_rerun_gives_the_uninterrupted_record(
     listops_tiny_dir, tmp_path, monkeypatch, uninterrupted, stage
 ):
@@ -247,6 +254,7 @@ def test_smoke_self_pretraining_row_with_an_outside_mechanism(tmp_path):
     assert kinds == ["pretrain", "train", "train"]
 
 
+@UNINTERRUPTED_GROUP
 def test_lra_eval_reproduces_a_finetuned_record(uninterrupted):
     from lra.train.evaluate import evaluate_run
 

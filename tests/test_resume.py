@@ -51,6 +51,11 @@ def assert_same_result(resumed: dict, full: dict) -> None:
     assert resumed["history"] == full["history"]
 
 
+# The tests that use the module fixture `uninterrupted` run on one pytest-xdist worker
+# (--dist loadgroup), so it is built once, not once per worker.
+UNINTERRUPTED_GROUP = pytest.mark.xdist_group("resume_uninterrupted")
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(listops_tiny_dir, tmp_path_factory):
     return run(listops_tiny_dir, tmp_path_factory.mktemp("full"))
@@ -73,6 +78,7 @@ def test_run_identity_ignores_paths_logging_and_durability():
     assert result_hash(other_seed) == result_hash(base) and run_key(other_seed) != run_key(base)
 
 
+@UNINTERRUPTED_GROUP
 def test_finished_run_keeps_its_folder_and_the_newest_checkpoints(uninterrupted):
     folder = Path(uninterrupted["run_dir"])
     assert folder.name == uninterrupted["run_key"]
@@ -87,6 +93,7 @@ def test_finished_run_keeps_its_folder_and_the_newest_checkpoints(uninterrupted)
 
 
 @pytest.mark.parametrize("crash_step", [3, 6])
+@UNINTERRUPTED_GROUP
 def test_resumed_run_equals_uninterrupted(
     listops_tiny_dir, tmp_path, monkeypatch, uninterrupted, crash_step
 ):
@@ -100,6 +107,7 @@ def test_resumed_run_equals_uninterrupted(
     assert resumed["wall_seconds"] > 0 and resumed["train_steps_per_sec"] > 0
 
 
+@UNINTERRUPTED_GROUP
 def test_finished_run_is_skipped_or_reevaluated_from_its_last_checkpoint(
     listops_tiny_dir, uninterrupted
 ):
@@ -154,6 +162,7 @@ def test_a_half_written_save_never_becomes_the_latest(listops_tiny_dir, tmp_path
     assert not list(ckpts.glob("*tmp*"))
 
 
+@UNINTERRUPTED_GROUP
 def test_lra_eval_reproduces_the_record(listops_tiny_dir, uninterrupted):
     folder = uninterrupted["run_dir"]
     selected = evaluate_run(folder, "test", "selected")
@@ -188,6 +197,7 @@ def metric_lines(record: dict) -> list[dict]:
     return [untimed(line) for line in lines]
 
 
+@UNINTERRUPTED_GROUP
 def test_metrics_file_holds_every_logged_step_and_the_summary(uninterrupted):
     lines = metric_lines(uninterrupted)
     *steps, last = lines
@@ -202,6 +212,7 @@ def test_metrics_file_holds_every_logged_step_and_the_summary(uninterrupted):
         assert last["summary"][key] == uninterrupted[key]
 
 
+@UNINTERRUPTED_GROUP
 def test_a_resumed_run_logs_each_step_once(listops_tiny_dir, tmp_path, monkeypatch, uninterrupted):
     crash_after_saving(monkeypatch, 3)  # steps 4 and (logged) 4 come again after the resume
     with pytest.raises(Crash):

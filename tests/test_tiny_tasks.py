@@ -24,6 +24,11 @@ SMALLER = {
 }
 
 
+# The tests that use the module fixture `tiny_data_dir` run on one pytest-xdist worker
+# (--dist loadgroup), so it is built once, not once per worker.
+TINY_DATA_GROUP = pytest.mark.xdist_group("tiny_tasks_data")
+
+
 @pytest.fixture(scope="module")
 def tiny_data_dir(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("tiny_data")
@@ -32,6 +37,7 @@ def tiny_data_dir(tmp_path_factory):
     return data_dir
 
 
+@TINY_DATA_GROUP
 def test_every_tiny_task_loads_in_its_shape(tiny_data_dir):
     for task in SMALLER:
         cfg = make_config(f"task={task}")
@@ -53,6 +59,7 @@ def test_unprepared_task_names_the_lra_data_command(tmp_path):
     assert prepare_command("image_tiny", tmp_path) in str(err.value)
 
 
+@TINY_DATA_GROUP
 def test_one_multirun_over_the_six_tiny_tasks_leaves_six_records(tiny_data_dir, tmp_path):
     out = cli(
         "lra-train",
