@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lra.config.setting import CUSTOM
 from lra.report.load import BASELINE, bench_records, newest_by
 
 SETTING_KEYS = ("task", "batch_size", "precision", "device", "platform", "protocol")
@@ -130,11 +131,25 @@ class EfficiencyTable:
         )
 
 
+def setting_of(record) -> tuple:
+    """The :data:`SETTING_KEYS` of a benchmark record. A run whose only override forces the
+    softmax path (``lra-bench bench.softmax_paths``) has protocol ``custom`` in its record but
+    belongs to the table of the protocol it was asked under: the same model and options,
+    another way of computing the same attention, a row of its own (``transformer (plain)``)."""
+    setting = {k: record.get(k) for k in SETTING_KEYS}
+    overrides = record.get("overrides") or {}
+    chosen = (record.get("config") or {}).get("protocol")
+    if setting["protocol"] == CUSTOM and chosen and set(overrides) == {IMPLEMENTATION_KEY}:
+        setting["protocol"] = chosen
+    return tuple(setting.values())
+
+
 def efficiency(records) -> list[EfficiencyTable]:
-    """One :class:`EfficiencyTable` per setting of the benchmark records, largest first."""
+    """One :class:`EfficiencyTable` per setting of the benchmark records (:func:`setting_of`),
+    largest first."""
     by_setting: dict = {}
     for r in bench_records(records):
-        by_setting.setdefault(tuple(r.get(k) for k in SETTING_KEYS), []).append(r)
+        by_setting.setdefault(setting_of(r), []).append(r)
     tables = []
     for key, recs in by_setting.items():
         labels = row_labels(recs)
