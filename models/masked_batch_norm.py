@@ -1,5 +1,6 @@
 """BatchNorm over the real tokens of a padded batch (issue 27: the norm of S4, S5 and LRU, and
-the SyncBatchNorm of TransNormer's authors).
+of TransNormer's authors on some tasks, whose ``torch.nn.BatchNorm1d`` keeps per-GPU
+statistics; this one is synchronised).
 
 Ioffe & Szegedy, "Batch Normalization" (ICML 2015), applied per channel over the batch and
 the sequence, as the state-space references use it: S4 (state-spaces/s4 ``src/models/nn/

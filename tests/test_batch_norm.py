@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from lra.config.identity import result_hash
 from lra.errors import ConfigError
 from lra.models import build_classifier
-from lra.models.encoder import Block
+from lra.models.encoder import Block, Encoder
 from lra.models.masked_batch_norm import MaskedBatchNorm
 from lra.models.norms import normalize
 from lra.train.compile import abstract_batch, compile_steps
@@ -173,8 +173,6 @@ def test_remat_scan_gives_the_loops_statistics_and_gradients():
 
 def test_causal_batch_norm_and_unknown_norms_are_one_line_errors():
     with pytest.raises(ValueError, match="use norm=layer with pretrain=causal"):
-        from lra.models.encoder import Encoder
-
         Encoder(
             vocab_size=5, max_len=8, num_layers=1, dim=4, qkv_dim=4, num_heads=1, mlp_dim=4,
             dropout=0.0, attention_dropout=0.0, positions="sinusoidal", cls_token=False,

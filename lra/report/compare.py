@@ -142,7 +142,7 @@ def comparable_scores(row) -> dict:
     CIFAR-10, e.g. LRU's) is None, since the harness's Image task is LRA's grayscale one (and
     with it every average that would include it)."""
     scores = dict(row.scores)
-    if row.image_variant != pub.IMAGE_VARIANTS[0]:
+    if not row.lra_image:
         scores["image"] = None
     return scores
 
@@ -210,7 +210,7 @@ def published_points(models, scores: list, efficiency: list, length: int) -> lis
                     for s in same
                     for v in (
                         pub.lra5_average(comparable_scores(s)),
-                        s.average if s.image_variant == pub.IMAGE_VARIANTS[0] else None,
+                        s.average if s.lra_image else None,
                     )
                     if v is not None
                 ),

@@ -114,6 +114,11 @@ class PublishedScore:
     table: str
     image_variant: str = "grayscale"
 
+    @property
+    def lra_image(self) -> bool:
+        """Whether the Image score (and so the printed average) is on LRA's grayscale task."""
+        return self.image_variant == IMAGE_VARIANTS[0]
+
 
 @dataclass(frozen=True)
 class PublishedEfficiency:
