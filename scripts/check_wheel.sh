@@ -14,8 +14,7 @@ trap 'rm -rf "$SCRATCH"' EXIT
 python3 -m venv "$SCRATCH/venv"
 BIN="$SCRATCH/venv/bin"
 "$BIN/pip" install --quiet --upgrade pip
-# setuptools warns at length about the config folders (data, not packages): kept in a log that
-# is shown only if the build fails.
+# The build's output is kept in a log that is shown only if the build fails.
 "$BIN/pip" wheel --quiet --no-deps --wheel-dir "$SCRATCH/dist" . >"$SCRATCH/wheel.log" 2>&1 || {
     cat "$SCRATCH/wheel.log" >&2
     exit 1

@@ -23,14 +23,18 @@ SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 
 
 def _packages_on_disk() -> set[str]:
-    """Every folder with an ``__init__.py``, by the import name it installs under."""
+    """Every folder with an ``__init__.py`` or a YAML file, by the import name it installs under.
+
+    A folder of YAML alone is a namespace package to Python; setuptools ships it only when
+    ``packages`` names it (and warns at build time about each one it does not name).
+    """
     roots = {"lra": ROOT / "lra", **{k: ROOT / v for k, v in SETUPTOOLS["package-dir"].items()}}
     found = set()
     for name, folder in roots.items():
-        for init in folder.rglob("__init__.py"):
-            if "__pycache__" in init.parts:
+        for marker in [*folder.rglob("__init__.py"), *folder.rglob("*.yaml")]:
+            if "__pycache__" in marker.parts:
                 continue
-            rel = init.parent.relative_to(folder).parts
+            rel = marker.parent.relative_to(folder).parts
             found.add(".".join((name, *rel)))
     return found
 
@@ -50,7 +54,12 @@ def test_package_data_covers_every_config_file():
     ]
     not_yaml = [p for p in files if p.suffix != ".yaml" and p.name != "__init__.py"]
     assert not not_yaml, f"config files the wheel would leave out: {not_yaml}"
-    assert set(SETUPTOOLS["package-data"]["lra.configs"]) == {"*.yaml", "**/*.yaml"}
+    assert SETUPTOOLS["package-data"] == {"*": ["*.yaml"]}
+
+
+def test_published_results_are_package_data():
+    assert "lra.report.published_data" in SETUPTOOLS["packages"]
+    assert list((ROOT / "lra" / "report" / "published_data").glob("*.yaml"))
 
 
 def test_configs_and_models_are_found_through_the_package():
