@@ -162,6 +162,25 @@ def test_curves_use_the_leaderboard_records_and_a_moved_store(tmp_path):
     assert found.series == {TASK: {"transformer": ([10], [10.0], 1)}}
 
 
+def test_a_copied_store_reads_its_own_metrics_and_names_them_relative(tmp_path):
+    # Committed results: the run folders copied out of the results_dir they ran in, which
+    # still exists with other metrics; the copy's own metrics.jsonl is the record's.
+    original, copy = tmp_path / "scratch" / "transformer-s0", tmp_path / "kept" / "transformer-s0"
+    write_metrics(original, {10: 0.9})
+    write_metrics(copy, {10: 0.1})
+    record = {**train("transformer", TASK, 0, 0.5), "run_dir": str(original)}
+    (copy / "record.json").write_text(json.dumps(record))
+    out = tmp_path / "report"
+    report.run_report(tmp_path / "kept", out, tasks="tiny", figure=False)
+    trace = json.loads((out / "sources.json").read_text())["curves"]
+    cell = trace["tasks"][TASK]["transformer"]
+    assert cell["metrics_files"] == [f"transformer-s0/{METRICS_FILE}"]
+    found = curves.learning_curves(
+        leaderboard([{**record, "path": str(copy / "record.json")}], "tiny")
+    )
+    assert found.series == {TASK: {"transformer": ([10], [10.0], 1)}}
+
+
 def test_curves_one_line_per_setting_and_one_figure_per_protocol(tmp_path):
     dirs = {name: tmp_path / "run_dirs" / name for name in ("long", "short", "other")}
     write_metrics(dirs["long"], {10: 0.5, 20: 0.7})

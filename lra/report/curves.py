@@ -74,7 +74,7 @@ class Curves:
                 task: {
                     model: {
                         "records": [record_name(r, root) for r in src["records"]],
-                        "metrics_files": [str(p) for p in src["metrics_files"]],
+                        "metrics_files": [_relative(p, root) for p in src["metrics_files"]],
                         "seeds": src["seeds"],
                         "n": self.series[task][model].n,
                     }
@@ -87,11 +87,22 @@ class Curves:
         return out
 
 
+def _relative(path: Path, root) -> str:
+    """``path`` relative to ``root`` where it lies inside it, else as it is."""
+    if root is not None:
+        try:
+            return str(Path(path).resolve().relative_to(Path(root).resolve()))
+        except ValueError:
+            pass
+    return str(path)
+
+
 def metrics_path(record: dict) -> tuple[Path | None, str]:
     """``(metrics file, "")`` of a training record, or ``(None, why it has none)``.
 
-    The file is ``<run_dir>/metrics.jsonl``; when the store was moved, the record's own
-    folder is used if it has the run folder's name.
+    The file is ``metrics.jsonl`` in the folder the record was read from, when that folder
+    has the run folder's name (a store that was moved or copied, e.g. committed results, uses
+    its own files), else in the ``run_dir`` the record names.
     """
     run_dir = record.get("run_dir")
     if not run_dir:
@@ -99,7 +110,7 @@ def metrics_path(record: dict) -> tuple[Path | None, str]:
     candidates = [Path(run_dir)]
     here = Path(record["path"]).parent if record.get("path") else None
     if here is not None and here.name == Path(run_dir).name:
-        candidates.append(here)
+        candidates.insert(0, here)
     for folder in candidates:
         if (folder / METRICS_FILE).is_file():
             return folder / METRICS_FILE, ""
