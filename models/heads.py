@@ -8,6 +8,12 @@ Shapes (B batch, L' encoder length, D = dim, C classes):
     DualClassifier two int32[B, L] -> float[B, C]  Retrieval: one shared encoder for both
                                                    documents, [u, v, u*v, u-v] -> Dense(mlp_dim)
                                                    ReLU -> Dense(mlp_dim // 2) ReLU -> Dense(C)
+
+The dual encoder runs both documents as one batch of 2B rows, as the S4 and S5 code stacks
+them for AAN (state-spaces/s4 ``src/dataloaders/lra.py`` and lindermanlab/S5
+``s5/dataloaders/lra.py``: ``torch.cat([xs1, xs2], dim=0)``): one encoder pass per step, so
+a BatchNorm's statistics cover both documents and its running statistics move once a step.
+With LayerNorm the result is the two separate passes' (only the dropout draws differ).
 """
 
 from __future__ import annotations
@@ -100,9 +106,15 @@ class DualClassifier(nnx.Module):
         rngs: DropoutRngs = None,
     ) -> jax.Array:
         rngs = call_rngs(deterministic, rngs, "DualClassifier")
-        kw = {"deterministic": deterministic, "rngs": rngs}
-        u = pool(*self.encoder(tokens1, lengths1, **kw), self.pooling)
-        v = pool(*self.encoder(tokens2, lengths2, **kw), self.pooling)
+        if tokens1.shape != tokens2.shape:
+            raise ValueError(
+                "DualClassifier takes two documents of one shape int32[B, L], got "
+                f"{tokens1.shape} and {tokens2.shape}"
+            )
+        tokens = jnp.concatenate([tokens1, tokens2])  # int32[2B, L]
+        lengths = jnp.concatenate([lengths1, lengths2])
+        h, mask = self.encoder(tokens, lengths, deterministic=deterministic, rngs=rngs)
+        u, v = jnp.split(pool(h, mask, self.pooling), 2)  # float[B, D] each
         z = jnp.concatenate([u, v, u * v, u - v], axis=-1)
         z = nnx.relu(self.hidden1(z))
         z = nnx.relu(self.hidden2(z))

@@ -25,9 +25,9 @@ Under ``trainer.grad_accum=K`` they cover one micro-batch, as in PyTorch with ac
 and the step's new running statistics average the K micro-batches'
 (:mod:`lra.train.steps`).
 
-Retrieval's dual encoder runs its two documents through the same layers one after the other:
-each pass normalises by its own documents' statistics, and the running statistics move twice a
-step (as in a PyTorch model calling its encoder twice).
+Retrieval's dual encoder runs its two documents as one batch of 2B rows (:mod:`lra.models.heads`,
+as the S4 and S5 code stacks them): the statistics cover both documents' real tokens and the
+running statistics move once a step.
 
 The statistics are ``nnx.BatchStat`` variables: the train state keeps them beside the
 parameters, with no gradient and no optimizer update (:mod:`lra.train.steps`), so they are in

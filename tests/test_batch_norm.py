@@ -69,7 +69,7 @@ def test_padding_never_reaches_a_real_token():
         np.testing.assert_allclose(mean, outs[0][1], rtol=1e-5, atol=1e-6)
 
 
-def _classifier(norm="batch", position="pre", remat="none", momentum=0.9):
+def _classifier(norm="batch", position="pre", remat="none", momentum=0.9, dual=False):
     return build_classifier(
         vocab_size=11,
         max_len=16,
@@ -85,7 +85,7 @@ def _classifier(norm="batch", position="pre", remat="none", momentum=0.9):
         attention_options={},
         num_classes=3,
         pooling="mean",
-        dual=False,
+        dual=dual,
         remat=remat,
         norm=norm,
         norm_position=position,
@@ -104,6 +104,28 @@ def test_the_momentum_reaches_every_batch_norm():
         assert len(norms) == 5 and {n.momentum for n in norms} == {momentum}  # 2 x 2 + final
         moved.append(np.asarray(norms[0].var[...]) - 1.0)  # (1 - m) * (var - 1)
     np.testing.assert_allclose(moved[1], 5 * moved[0], rtol=1e-4)
+
+
+def test_retrievals_two_documents_share_one_statistics_update():
+    """Both documents' real tokens form the batch statistics, and they move once a step."""
+    from lra.models.encoder import padding_mask
+    from lra.models.masked_batch_norm import masked_moments
+
+    model = _classifier(dual=True)
+    rng = np.random.default_rng(2)
+    tokens = [rng.integers(1, 11, size=(2, 16)) for _ in range(2)]
+    lengths = [np.array([16, 5]), np.array([9, 2])]
+    model(tokens[0], lengths[0], tokens[1], lengths[1], deterministic=False, rngs=jax.random.key(0))
+    embedded = [
+        model.encoder.embedder(jnp.asarray(t), padding_mask(jnp.asarray(n), 16))
+        for t, n in zip(tokens, lengths, strict=True)
+    ]
+    x = jnp.concatenate([e[0] for e in embedded])
+    mask = jnp.concatenate([e[1] for e in embedded])
+    mean, var = masked_moments(x, mask)
+    first = model.encoder.blocks[0].attention_norm
+    np.testing.assert_allclose(np.asarray(first.mean[...]), 0.1 * mean, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(first.var[...]), 0.9 + 0.1 * var, rtol=1e-4)
 
 
 @pytest.mark.parametrize("position", ["pre", "post"])

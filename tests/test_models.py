@@ -98,6 +98,26 @@ def test_dual_classifier_shape():
     assert out.shape == (3, 2)
 
 
+def test_dual_classifier_is_its_head_on_each_document_encoded_alone():
+    """One encoder pass over both documents (2B rows) gives each document's own encoding."""
+    model = _model(dual=True, pooling="mean", dropout=0.0, attention_dropout=0.0)
+    t1, n1 = _batch(0)
+    t2, n2 = _batch(1, lengths=(3, 16, 0, 12))
+    logits = {}
+    for deterministic in (True, False):
+        logits[deterministic] = np.asarray(
+            fwd(model, t1, n1, t2, n2, deterministic=deterministic, rngs=drop_rngs(0))
+        )
+    u = pool(*model.encoder(jnp.asarray(t1), jnp.asarray(n1)), "mean")
+    v = pool(*model.encoder(jnp.asarray(t2), jnp.asarray(n2)), "mean")
+    z = jnp.concatenate([u, v, u * v, u - v], axis=-1)
+    expected = model.logits(nnx.relu(model.hidden2(nnx.relu(model.hidden1(z)))))
+    for out in logits.values():  # no dropout: training mode computes the same
+        np.testing.assert_allclose(out, np.asarray(expected), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="two documents of one shape"):
+        model(t1, n1, t2[:, :8], n2)
+
+
 @pytest.mark.parametrize(
     "pooling, positions", [("cls", "sinusoidal"), ("mean", "learned"), ("last", "sinusoidal")]
 )
