@@ -119,6 +119,29 @@ def test_twin_logits_equal_the_harness(twinlib, model):
     np.testing.assert_allclose(twinlib.twin_logits(twin, batch, cpu), expected, rtol=0, atol=1e-4)
 
 
+def test_dual_twin_logits_equal_the_harness(twinlib):
+    """Retrieval: both documents in one encoder batch, in the twin as in the harness."""
+    import torch
+
+    from lra.measure.bench import synthetic_batch
+
+    cfg = compose_bench_config("transformer", LENGTH, 3, [*TINY, "task=retrieval"])
+    assert cfg.task.dual
+    harness = twinlib.build_harness(cfg)
+    twin = twinlib.build_twin(cfg, harness)
+    batch = synthetic_batch(cfg.task, 3, LENGTH, seed=2)
+    batch["lengths"] = (np.array([LENGTH, 23, 1], np.int32), np.array([5, LENGTH, 40], np.int32))
+    expected = twinlib.harness_logits(harness, batch)
+    twin_out = twinlib.twin_logits(twin, batch, torch.device("cpu"))
+    np.testing.assert_allclose(twin_out, expected, rtol=0, atol=1e-4)
+
+
+def test_a_norm_the_twin_lacks_is_refused(twinlib):
+    cfg = compose_bench_config("transformer", LENGTH, BATCH, [*TINY, "task.arch.norm=batch"])
+    with pytest.raises(SetupError, match="pre-norm LayerNorm only; got task.arch.norm=batch"):
+        twinlib.twin_kwargs(cfg)
+
+
 def test_weight_without_a_place_is_an_error(twinlib):
     cfg = compose_bench_config("transformer", LENGTH, BATCH, TINY)
     harness = twinlib.build_harness(cfg)

@@ -192,7 +192,8 @@ class Classifier(nn.Module):
 
 
 class DualClassifier(nn.Module):
-    """Retrieval: shared encoder, [u, v, u*v, u-v] -> Dense ReLU Dense ReLU Dense."""
+    """Retrieval: shared encoder over both documents in one batch of 2B rows (as the harness's
+    ``DualClassifier``), [u, v, u*v, u-v] -> Dense ReLU Dense ReLU Dense."""
 
     def __init__(self, *, num_classes, pooling, **encoder):
         super().__init__()
@@ -204,7 +205,7 @@ class DualClassifier(nn.Module):
         self.logits = nn.Linear(mlp_dim // 2, num_classes)
 
     def forward(self, tokens1, lengths1, tokens2, lengths2):
-        u = pool(*self.encoder(tokens1, lengths1), self.pooling)
-        v = pool(*self.encoder(tokens2, lengths2), self.pooling)
+        tokens, lengths = torch.cat([tokens1, tokens2]), torch.cat([lengths1, lengths2])
+        u, v = pool(*self.encoder(tokens, lengths), self.pooling).chunk(2)
         z = F.relu(self.hidden1(torch.cat([u, v, u * v, u - v], dim=-1)))
         return self.logits(F.relu(self.hidden2(z)))

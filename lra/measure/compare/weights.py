@@ -32,6 +32,13 @@ def twin_kwargs(cfg) -> dict:
     if int(cfg.trainer.grad_accum) != 1:
         raise SetupError(f"model={cfg.model.name}: the twin has no gradient accumulation")
     kwargs = model_kwargs(cfg)
+    norm = (kwargs.pop("norm"), kwargs.pop("norm_position"))
+    kwargs.pop("norm_momentum")
+    if norm != ("layer", "pre"):
+        raise SetupError(
+            f"model={cfg.model.name}: the PyTorch twin has pre-norm LayerNorm only; got "
+            f"task.arch.norm={norm[0]} task.arch.norm_position={norm[1]}"
+        )
     schedule = resolve_schedule(kwargs.pop("attention"), int(kwargs["num_layers"]))
     missing = sorted(set(schedule) - set(TWIN_ATTENTION))
     if missing:
