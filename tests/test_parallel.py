@@ -240,61 +240,32 @@ def test_remat_lowers_compiled_memory(scheduler, overrides, ratio):
     assert memory["attention"] < memory["none"], memory  # attention's residuals are not kept
 
 
-class DataLoaded(Exception):
-    """Raised in place of loading the data: the run got past its compile and pre-flight."""
+def _train_without_data(tmp_path, *overrides):
+    from lra.train.loop import train_and_evaluate
 
-
-def _train_until_data_loads(tmp_path, data_dir, monkeypatch, *overrides):
-    import lra.train.loop
-
-    def load_task(*args, **kwargs):
-        raise DataLoaded
-
-    monkeypatch.setattr(lra.train.loop, "load_task", load_task)
+    empty = tmp_path / "no-data"
+    empty.mkdir(exist_ok=True)
     cfg = make_config(
-        "task=listops_tiny",
-        f"data_dir={data_dir}",
-        f"results_dir={tmp_path}",
-        *SMALL_RUN,
-        *overrides,
+        "task=listops_tiny", f"data_dir={empty}", f"results_dir={tmp_path}", *SMALL_RUN, *overrides
     )
-    return lra.train.loop.train_and_evaluate(cfg)
+    return train_and_evaluate(cfg)
 
 
-def test_preflight_stops_before_loading_data_and_names_what_fits(
-    tmp_path, listops_tiny_dir, monkeypatch
-):
+def test_preflight_stops_before_loading_data_and_names_what_fits(tmp_path):
     # The small run's step needs about 3 MB; allow 2. (remat=true: only grad_accum is searched.)
     limit = ("trainer.memory_limit_gb=0.002", "trainer.remat=true")
     with pytest.raises(OutOfMemory) as err:
-        _train_until_data_loads(tmp_path, listops_tiny_dir, monkeypatch, *limit)
+        _train_without_data(tmp_path, *limit)
     message = str(err.value)
     assert "per device (XLA compiled memory analysis) but trainer.memory_limit_gb is" in message
     assert "these overrides fit (compiled and measured): trainer.grad_accum=" in message
     fitting = message.split("trainer.grad_accum=")[1].split(" ")[0]
-    # The suggested setting passes the check and goes on to load the data.
-    with pytest.raises(DataLoaded):
-        _train_until_data_loads(
-            tmp_path, listops_tiny_dir, monkeypatch, *limit, f"trainer.grad_accum={fitting}"
-        )
+    # The suggested setting passes the check (and then finds no data: nothing was loaded before).
+    with pytest.raises(DataError):
+        _train_without_data(tmp_path, *limit, f"trainer.grad_accum={fitting}")
 
 
-def test_missing_data_is_named_before_the_compile(tmp_path, monkeypatch):
-    import lra.train.loop
-
-    def compile_or_explain(*args, **kwargs):
-        raise AssertionError("compiled before the data was found missing")
-
-    monkeypatch.setattr(lra.train.loop, "compile_or_explain", compile_or_explain)
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    with pytest.raises(DataError, match="ListOps data not found under .*prepare it with: lra-data"):
-        _train_until_data_loads(tmp_path, empty, monkeypatch)
-
-
-def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(
-    tmp_path, listops_tiny_dir, monkeypatch
-):
+def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(tmp_path, monkeypatch):
     # On a GPU, compiling a step far too large already fails (the autotuner's trial buffers);
     # seen on an H200: task=listops trainer.batch_size=2048. Here compiling the steps with
     # grad_accum < 4 fails that way, as XLA words it.
@@ -318,13 +289,7 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(
     monkeypatch.setattr(lra.train.compile, "compile_steps", compile_on_a_small_gpu)
     monkeypatch.setattr(lra.train.memory, "compile_steps", compile_on_a_small_gpu)
     with pytest.raises(OutOfMemory) as err:
-        _train_until_data_loads(
-            tmp_path,
-            listops_tiny_dir,
-            monkeypatch,
-            "trainer.memory_limit_gb=1",
-            "trainer.remat=true",
-        )
+        _train_without_data(tmp_path, "trainer.memory_limit_gb=1", "trainer.remat=true")
     message = str(err.value)
     assert message.startswith(
         "the steps do not compile in the device's memory (XLA: Out of memory while trying to "
@@ -334,7 +299,7 @@ def test_compile_out_of_memory_is_a_preflight_that_names_what_fits(
     assert tried[0] == 1 and 4 in tried
     # Without the pre-flight, the same failure is one clean error too.
     with pytest.raises(OutOfMemory, match="ran out of memory: Out of memory while trying"):
-        _train_until_data_loads(tmp_path, listops_tiny_dir, monkeypatch, "trainer.preflight=false")
+        _train_without_data(tmp_path, "trainer.preflight=false")
 
 
 def test_eval_step_in_micro_batches_gives_the_sums_of_the_whole_batch(listops_tiny_dir):

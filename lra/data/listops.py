@@ -652,18 +652,6 @@ def find_listops_dir(data_dir: Path, subdir: str) -> Path | None:
     return None
 
 
-def require_listops_dir(data_dir: Path, subdir: str, prepare_command: str) -> Path:
-    """:func:`find_listops_dir`, or DataError naming where it looked and ``prepare_command``."""
-    directory = find_listops_dir(data_dir, subdir)
-    if directory is None:
-        raise DataError(
-            f"ListOps data not found under {data_dir} (looked for "
-            f"{Path(data_dir) / subdir} and {Path(data_dir) / 'lra_release' / subdir} "
-            f"holding {', '.join(SPLIT_FILES.values())}); prepare it with: {prepare_command}"
-        )
-    return directory
-
-
 def load_listops(
     data_dir: Path, subdir: str, max_length: int, prepare_command: str, splits=tuple(SPLIT_FILES)
 ) -> dict[str, Split]:
@@ -673,7 +661,13 @@ def load_listops(
         DataError: the files are not there; the message gives
             ``prepare_command``, the command that prepares them.
     """
-    directory = require_listops_dir(data_dir, subdir, prepare_command)
+    directory = find_listops_dir(data_dir, subdir)
+    if directory is None:
+        raise DataError(
+            f"ListOps data not found under {data_dir} (looked for "
+            f"{Path(data_dir) / subdir} and {Path(data_dir) / 'lra_release' / subdir} "
+            f"holding {', '.join(SPLIT_FILES.values())}); prepare it with: {prepare_command}"
+        )
     return {
         split: read_tsv(directory / name, max_length)
         for split, name in SPLIT_FILES.items()

@@ -70,15 +70,6 @@ def is_prepared(folder: Path) -> bool:
     return read_meta(folder) is not None
 
 
-def require_prepared(folder: Path, command: str) -> dict:
-    """``folder``'s ``meta.json``; DataError naming ``command`` (the exact preparation
-    command) when the folder holds no prepared task. Reads no data file."""
-    meta = read_meta(folder)
-    if meta is None:
-        raise DataError(f"no prepared data in {folder}; prepare it with: {command}")
-    return meta
-
-
 def write_prepared(folder: Path, splits: dict[str, Split], meta: dict) -> Path:
     """Write ``splits`` (keys train/val/test) and ``meta`` into ``folder``, atomically.
 
@@ -205,7 +196,9 @@ def read_prepared(
     (default: ``command``).
     """
     folder = Path(folder)
-    meta = require_prepared(folder, command)
+    meta = read_meta(folder)
+    if meta is None:
+        raise DataError(f"no prepared data in {folder}; prepare it with: {command}")
     verify_prepared(folder, command if rebuild_command is None else rebuild_command, splits)
     wanted, splits = splits, {}
     for name in (s for s in SPLITS if s in wanted):

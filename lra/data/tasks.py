@@ -302,24 +302,6 @@ def _load_listops(
     )
 
 
-def _require_listops(task_cfg, data_dir: Path, command: str) -> None:
-    if not store.is_prepared(store.prepared_dir(task_cfg, data_dir)):
-        listops.require_listops_dir(data_dir, task_cfg.data_subdir, command)
-
-
-def _require_stored(task_cfg, data_dir: Path, command: str) -> None:
-    store.require_prepared(store.prepared_dir(task_cfg, data_dir), command)
-
-
-def require_task_data(task_cfg, data_dir: Path) -> None:
-    """DataError, naming the command that prepares it, when ``task_cfg``'s data is not in
-    ``data_dir``. Cheap (no data file is read): ``lra-train`` asks before it compiles, so a
-    missing data folder is reported in a second, not after the compile. The files
-    themselves are verified when :func:`load_task` reads them."""
-    kind = _dataset(task_cfg)
-    DATASETS[kind]["require"](task_cfg, Path(data_dir), prepare_command(task_cfg.name, data_dir))
-
-
 def _lazy_prepare(module: str):
     """The ``prepare`` of ``lra.data.<module>``, imported on first use."""
 
@@ -330,28 +312,20 @@ def _lazy_prepare(module: str):
     return prepare
 
 
-def _stored(module: str, official_val: bool) -> dict:
-    """A dataset kind that ``lra.data.<module>`` prepares into :mod:`lra.data.store`'s form."""
-    return {
-        "prepare": _lazy_prepare(module),
-        "load": store.load_prepared,
-        "require": _require_stored,
-        "official_val": official_val,
-    }
-
-
-#: Per dataset kind: ``prepare``, ``load``, ``require`` (DataError when the data is not
-#: there, reading no data file) and ``official_val`` (whether its data has a validation split
-#: of its own, disjoint from test; see the module docstring).
+#: Per dataset kind: ``prepare``, ``load`` and ``official_val`` (whether its data has a
+#: validation split of its own, disjoint from test; see the module docstring).
 DATASETS = {
-    "listops": {
-        "prepare": _prepare_listops,
-        "load": _load_listops,
-        "require": _require_listops,
+    "listops": {"prepare": _prepare_listops, "load": _load_listops, "official_val": True},
+    "text": {"prepare": _lazy_prepare("text"), "load": store.load_prepared, "official_val": False},
+    "image": {"prepare": _lazy_prepare("image"), "load": store.load_prepared, "official_val": True},
+    "retrieval": {
+        "prepare": _lazy_prepare("retrieval"),
+        "load": store.load_prepared,
         "official_val": True,
     },
-    "text": _stored("text", official_val=False),
-    "image": _stored("image", official_val=True),
-    "retrieval": _stored("retrieval", official_val=True),
-    "pathfinder": _stored("pathfinder", official_val=True),
+    "pathfinder": {
+        "prepare": _lazy_prepare("pathfinder"),
+        "load": store.load_prepared,
+        "official_val": True,
+    },
 }

@@ -42,7 +42,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from lra.config import schema
 from lra.config.setting import describe_setting
 from lra.data.pipeline import prefetch, train_batches
-from lra.data.tasks import effective_val_source, load_task, require_task_data, resolve_data_dir
+from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.device import measure
 from lra.device.compile_cache import CacheCounter, configure_compile_cache
 from lra.errors import DataError
@@ -170,10 +170,10 @@ def _set_up(cfg, run: RunFolder, topology: Topology, cache_dir) -> Setup:
     log.info(f"{run.key}: variant {setting['variant']}, protocol {setting['protocol']}")
     if warning := layers_description(cfg)["schedule_warning"]:
         log.warning(f"{cfg.model.name} on {cfg.task.name}: {warning}")
-    # Data that is not there is named now, not after the compile (its files are verified when
-    # loaded). Compiled from shapes alone: a step that cannot fit stops the run before any data
-    # loads.
-    require_task_data(cfg.task, Path(run.config["data_dir"]))
+    # Compiled from shapes alone: a step that cannot fit stops the run before any data loads,
+    # and the pre-flight's verdict comes without the data (scripts/gpu_check.sh step 5 asks it
+    # at the official settings on a machine with no LRA data), so missing data is reported
+    # after the compile, not before.
     example = abstract_batch(cfg.task, int(cfg.trainer.batch_size), topology.batch_sharding)
     cache = CacheCounter()
     compiled = compile_or_explain(cfg, example, topology)
