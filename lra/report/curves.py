@@ -30,7 +30,7 @@ from matplotlib.ticker import MaxNLocator
 
 from lra.report.figure import save_figure
 from lra.report.leaderboard import Leaderboard
-from lra.report.load import TINY_NOTE, record_name
+from lra.report.load import TINY_NOTE, record_name, relative_to_root
 from lra.track.jsonl import METRICS_FILE, read_metrics
 
 VAL_KEY = "val/accuracy"
@@ -74,7 +74,9 @@ class Curves:
                 task: {
                     model: {
                         "records": [record_name(r, root) for r in src["records"]],
-                        "metrics_files": [_relative(p, root) for p in src["metrics_files"]],
+                        "metrics_files": [
+                            relative_to_root(p, root) or str(p) for p in src["metrics_files"]
+                        ],
                         "seeds": src["seeds"],
                         "n": self.series[task][model].n,
                     }
@@ -85,16 +87,6 @@ class Curves:
         }
         out["skipped"] = [{"record": record_name(r, root), "why": w} for r, w in self.skipped]
         return out
-
-
-def _relative(path: Path, root) -> str:
-    """``path`` relative to ``root`` where it lies inside it, else as it is."""
-    if root is not None:
-        try:
-            return str(Path(path).resolve().relative_to(Path(root).resolve()))
-        except ValueError:
-            pass
-    return str(path)
 
 
 def metrics_path(record: dict) -> tuple[Path | None, str]:

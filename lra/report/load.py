@@ -50,17 +50,22 @@ TRAIN_COMMANDS = (
 # ---------------------------------------------------------------- names and times
 
 
+def relative_to_root(path: str | Path, root: str | Path | None) -> str | None:
+    """``path`` relative to ``root`` when it lies inside it, else None."""
+    if root is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        return None
+
+
 def record_name(record: dict, root: str | Path | None = None) -> str:
     """How a record is named in the report: its path relative to ``root``, else its file name."""
     path = record.get("path")
     if not path:
         return f"config_hash={record.get('config_hash')}"
-    if root is not None:
-        try:
-            return str(Path(path).resolve().relative_to(Path(root).resolve()))
-        except ValueError:
-            pass
-    return Path(path).name
+    return relative_to_root(path, root) or Path(path).name
 
 
 def started(record: dict) -> float:
