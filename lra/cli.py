@@ -152,6 +152,9 @@ def _eval(cfg):
     which = "best-validation parameters" if out["best"] else "parameters"
     print(f"{cfg.run}: {which} of the checkpoint at step {out['step']}", file=sys.stderr)
     print(f"{out['split']} accuracy {out['accuracy']:.4f}", flush=True)
+    written, same = out["predictions"], out["predictions"]["same_as_run"]
+    agrees = {True: ", the same as the run's", False: ", NOT the run's", None: ""}[same]
+    print(f"predictions: {written['file']} (SHA-256 {written['sha256'][:12]}...{agrees})")
 
 
 def _smoke(cfg):
@@ -211,6 +214,7 @@ def train_main():
 def eval_main():
     """``lra-eval``: evaluate the saved model of a run folder on one split."""
     schema.check_command_line("eval")
+    _configure_cpu_memory_analysis()  # XLA's flags as lra-train's: the same program, same logits
     _eval_app()
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 from conftest import SMALL_RUN, make_config, train_small
 
@@ -309,19 +310,23 @@ def test_eval_step_in_micro_batches_gives_the_sums_of_the_whole_batch(listops_ti
 
     cfg = make_config("task=listops_tiny", f"data_dir={listops_tiny_dir}", *SMALL_RUN)
     batch = next(eval_batches(load_task(cfg.task, listops_tiny_dir)["val"], 16))
-    sums, memory = {}, {}
+    sums, rows, memory = {}, {}, {}
     for accum in (1, 4):
         variant = make_config(
             "task=listops_tiny", *SMALL_RUN, "task.arch.dropout=0", f"trainer.grad_accum={accum}"
         )
         compiled = compile_steps(variant, batch, train=False)
-        sums[accum] = {
-            k: float(v) for k, v in compiled.eval_step(compiled.state.params, batch).items()
-        }
+        out = compiled.eval_step(compiled.state.params, batch)
+        sums[accum] = {k: float(out[k]) for k in ("count", "correct", "loss_sum")}
+        rows[accum] = {k: np.asarray(out[k]) for k in ("logits", "pred")}
         memory[accum] = measure.compiled_memory_bytes(compiled.eval_step)
     assert sums[4]["count"] == sums[1]["count"] == 16
     assert sums[4]["correct"] == sums[1]["correct"]
     assert sums[4]["loss_sum"] == pytest.approx(sums[1]["loss_sum"], rel=1e-5)
+    # The micro-batches' rows come back in the batch's order (micro-batch k took rows k + 4j).
+    assert rows[1]["logits"].shape == rows[4]["logits"].shape == (16, 10)
+    np.testing.assert_allclose(rows[4]["logits"], rows[1]["logits"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(rows[4]["pred"], np.argmax(rows[1]["logits"], -1))
     assert memory[4] < memory[1]
 
 

@@ -46,7 +46,7 @@ from lra.data.tasks import effective_val_source, load_task, resolve_data_dir
 from lra.device import measure
 from lra.device.compile_cache import CacheCounter, configure_compile_cache
 from lra.errors import DataError
-from lra.record import store
+from lra.record import predictions, store
 from lra.run.checkpoint import Checkpoints, start_or_resume
 from lra.run.folder import RunFolder
 from lra.run.lock import RunLock
@@ -313,16 +313,47 @@ def _select_and_test(setup: Setup, loop: LoopState) -> tuple[dict, dict]:
     else:
         params, step = loop.train.params, progress.step
         val_accuracy = progress.history[-1]["val_accuracy"]
+    params, batch_size = topology.replicate(params), int(setup.cfg.trainer.batch_size)
     test = evaluate(
         setup.compiled.eval_step,
-        topology.replicate(params),
+        params,
         setup.splits["test"],
-        int(setup.cfg.trainer.batch_size),
+        batch_size,
         None,
         loop.eval_timer,
         topology,
+        keep_rows=True,
     )
-    return {"val_accuracy": val_accuracy, "selected_step": step}, test
+    # The selected model's validation predictions: the validation pass again (untimed, the
+    # same trainer.eval_batches), as the record's val_accuracy was measured.
+    val = evaluate(
+        setup.compiled.eval_step,
+        params,
+        setup.splits["val"],
+        batch_size,
+        setup.cfg.trainer.eval_batches,
+        None,
+        topology,
+        keep_rows=True,
+    )
+    if val["accuracy"] != val_accuracy:
+        log.warning(
+            f"the selected model's validation accuracy is {val['accuracy']:.6f} evaluated again, "
+            f"{val_accuracy:.6f} when it was selected (a backend that is not deterministic)"
+        )
+    selected = {"val_accuracy": val_accuracy, "selected_step": step}
+    if topology.is_main:
+        selected["predictions"] = _write_predictions(setup.run.path, test=test, val=val)
+    return selected, test
+
+
+def _write_predictions(folder: Path, **evaluated: dict) -> dict:
+    """Write each split's predictions into the run folder: what the record names of them."""
+    named = {}
+    for split, result in evaluated.items():
+        relative = predictions.relative_path(split)
+        named[split] = {**predictions.write(folder / relative, result["rows"]), "file": relative}
+    return named
 
 
 def _check_lengths(task_cfg, splits) -> None:

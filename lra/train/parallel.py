@@ -153,6 +153,15 @@ class Topology:
 
         return jax.tree.map(to_global, tree)
 
+    def gather(self, tree):
+        """``tree``'s arrays (global, sharded over the mesh) whole as NumPy arrays on every
+        process."""
+        if self.num_processes == 1:
+            return jax.tree.map(np.asarray, jax.device_get(tree))
+        from jax.experimental import multihost_utils
+
+        return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
     def any_process(self, *flags: bool) -> tuple[bool, ...]:
         """Each flag OR-ed over all processes (so every process takes the same branch)."""
         if self.num_processes == 1:

@@ -76,6 +76,26 @@ def _summed_over(fn, xs):
     return jax.lax.scan(add, zeros, xs)[0]
 
 
+def _summed_and_stacked(fn, xs):
+    """``fn(x) -> (sums, rows)`` over the leading axis of ``xs`` in a ``lax.scan``: the sums
+    added up, the rows stacked on a new leading axis."""
+    first = jax.tree.map(lambda x: x[0], xs)
+    sums_shape = jax.eval_shape(fn, first)[0]
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
+
+    def add(totals, x):
+        sums, rows = fn(x)
+        return jax.tree.map(jnp.add, totals, sums), rows
+
+    return jax.lax.scan(add, zeros, xs)
+
+
+def _unstack_micro_batches(x):
+    """The inverse of :func:`_micro_batches` for one array: ``[K, B/K, ...] -> [B, ...]``
+    with row ``k + K * j`` taken from micro-batch ``k``, row ``j``."""
+    return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
 def _micro_batches(batch, grad_accum: int):
     """``batch`` as ``grad_accum`` micro-batches stacked on a new leading axis.
 
@@ -164,24 +184,33 @@ def make_steps(
         }
         return TrainState(params, opt_state, state.step + 1), metrics
 
-    def eval_sums(params, batch):
+    def eval_outputs(params, batch):
+        """``(sums, rows)``: the batch's summed metrics, and a classifier's per-row logits
+        and predicted class (empty for a pretraining objective, whose logits are per token)."""
         logits, _ = _forward(
             graphdef, params, rest, batch, deterministic=True, rngs=None, dtype=dtype
         )
         loss_sum, correct, count = weighted_metrics(logits, batch)
-        return {"loss_sum": loss_sum, "correct": correct, "count": count}
+        sums = {"loss_sum": loss_sum, "correct": correct, "count": count}
+        if objective is not None:
+            return sums, {}
+        return sums, {"logits": logits, "pred": jnp.argmax(logits, -1).astype(jnp.int32)}
 
     def eval_step(params, batch):
-        """Summed loss, correct count and weight count of ``batch``: in ``grad_accum``
-        micro-batches (a ``lax.scan``) like the train step, so that a batch which only
-        fits in training as micro-batches is evaluated in as little memory."""
+        """Summed loss, correct count and weight count of ``batch``, and for a classifier
+        ``logits float32[B, C]`` and ``pred int32[B]`` per row (the argmax the correct count
+        uses, so accuracy from the rows equals the sums'). In ``grad_accum`` micro-batches (a
+        ``lax.scan``) like the train step, so that a batch which only fits in training as
+        micro-batches is evaluated in as little memory; the rows come back in batch order."""
         if objective is not None:
             batch = objective.prepare(batch, objective.key())
         rows = jax.tree.leaves(batch)[0].shape[0]
         if grad_accum == 1 or rows % grad_accum:
-            return eval_sums(params, batch)
-        return _summed_over(
-            lambda micro: eval_sums(params, micro), _micro_batches(batch, grad_accum)
+            sums, per_row = eval_outputs(params, batch)
+            return {**sums, **per_row}
+        sums, per_row = _summed_and_stacked(
+            lambda micro: eval_outputs(params, micro), _micro_batches(batch, grad_accum)
         )
+        return {**sums, **jax.tree.map(_unstack_micro_batches, per_row)}
 
     return train_step, eval_step
