@@ -130,7 +130,13 @@ def test_multirun_finishes_past_failing_jobs_and_a_rerun_trains_nothing(listops_
     [seed0] = [r for r in records if r["seed"] == 0]
     evaluated = cli("lra-eval", f"run={seed0['run_dir']}", "split=test", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
-    assert evaluated.stdout.strip() == f"test accuracy {seed0['test_accuracy']:.4f}"
+    accuracy_line, predictions_line = evaluated.stdout.strip().splitlines()
+    assert accuracy_line == f"test accuracy {seed0['test_accuracy']:.4f}"
+    # lra-eval writes its own predictions file, byte-identical to the one the run wrote.
+    assert predictions_line.endswith("the same as the run's)"), predictions_line
+    run_dir = Path(seed0["run_dir"])
+    written = run_dir / "predictions" / "eval" / "test.npz"
+    assert written.read_bytes() == (run_dir / "predictions" / "test.npz").read_bytes()
 
 
 @pytest.mark.parametrize("group", ["model", "task"])
