@@ -411,6 +411,10 @@ def test_run_report_writes_everything_with_sources(official, tmp_path):
         "figure1.pdf",
         "figure1.md",
         "sources.json",
+        "pairwise.csv",
+        "profiles.png",
+        "profiles.svg",
+        "profiles.pdf",
     }
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
     trace = json.loads((out / "sources.json").read_text())
@@ -481,6 +485,10 @@ def test_no_benchmark_records_for_the_figure_is_an_error_unless_figure_false(tmp
         "efficiency.csv",
         "efficiency.tex",
         "sources.json",
+        "pairwise.csv",
+        "profiles.png",
+        "profiles.svg",
+        "profiles.pdf",
     }
     assert "figure1" not in json.loads((tmp_path / "out" / "sources.json").read_text())
 

@@ -421,6 +421,9 @@ class ReportConfig:
     figure_length: PositiveInt = MISSING
     show_published: bool = MISSING  # published points (hollow) in Figure 1, lra.report.compare
     curves: bool = MISSING
+    reference: str | None = MISSING  # a row label of the leaderboard; null = the Transformer
+    resolve_points: PositiveFloat = MISSING
+    bootstrap_resamples: PositiveInt = MISSING
 
 
 # --- relations between the keys of one mapping ----------------------------------------------

@@ -30,7 +30,7 @@ from matplotlib.ticker import MaxNLocator
 
 from lra.report.figure import save_figure
 from lra.report.leaderboard import Leaderboard
-from lra.report.load import TINY_NOTE, record_name, relative_to_root
+from lra.report.load import TINY_NOTE, record_name, relative_to_root, run_folders
 from lra.track.jsonl import METRICS_FILE, read_metrics
 
 VAL_KEY = "val/accuracy"
@@ -99,10 +99,7 @@ def metrics_path(record: dict) -> tuple[Path | None, str]:
     run_dir = record.get("run_dir")
     if not run_dir:
         return None, "no run_dir in the record"
-    candidates = [Path(run_dir)]
-    here = Path(record["path"]).parent if record.get("path") else None
-    if here is not None and here.name == Path(run_dir).name:
-        candidates.insert(0, here)
+    candidates = run_folders(record)
     for folder in candidates:
         if (folder / METRICS_FILE).is_file():
             return folder / METRICS_FILE, ""

@@ -141,13 +141,17 @@ def _legend_label(p: Point) -> str:
 def _errorbars(ax, p: Point, color) -> None:
     xerr = [[p.x - p.x_low], [p.x_high - p.x]]
     has_x = p.x_high > p.x_low
-    if not has_x and p.y_std is None:
+    if p.y_interval is not None:
+        yerr = [[p.y - p.y_interval[0]], [p.y_interval[1] - p.y]]
+    else:
+        yerr = [[p.y_std], [p.y_std]] if p.y_std is not None else None
+    if not has_x and yerr is None:
         return
     ax.errorbar(
         [p.x],
         [p.y],
         xerr=xerr if has_x else None,
-        yerr=[[p.y_std], [p.y_std]] if p.y_std is not None else None,
+        yerr=yerr,
         fmt="none",
         ecolor=color,
         elinewidth=1.2,
@@ -337,6 +341,32 @@ def place_labels(ax, items, renderer, marks=()) -> list[str]:
     return left_out
 
 
+def _y_error_text(data: Figure1Data) -> str:
+    with_interval = [p.label for p in data.points if p.y_interval is not None]
+    std = (
+        "sample std over seeds of the per-seed score (seeds that ran every one of those "
+        "tasks; none for one seed)"
+    )
+    if not with_interval:
+        return f"error bar = {std}."
+    text = (
+        "error bar = 95% interval over seeds and test examples (the leaderboard's stratified "
+        "bootstrap, tasks resampled then averaged; docs/statistics.md)"
+    )
+    without = [p.label for p in data.points if p.y_interval is None]
+    if without:
+        text += f"; without per-example predictions ({', '.join(without)}): {std}"
+    return text + "."
+
+
+def _rounds_text(data: Figure1Data) -> str:
+    rounds = sorted({p.rounds for p in data.points})
+    counts = (
+        "-".join(str(r) for r in (rounds[0], rounds[-1])) if len(rounds) > 1 else str(rounds[0])
+    )
+    return f"{counts} benchmark round(s), each a fresh process"
+
+
 def caption_text(data: Figure1Data) -> str:
     """The caption: protocol, task set, device, length, error bars, missing models, notes."""
     s = data.table.setting if data.table is not None else {}
@@ -344,12 +374,11 @@ def caption_text(data: Figure1Data) -> str:
     y_what = "mean test accuracy over the tasks every model has" if data.tiny else "LRA average"
     parts = [
         f"Protocol: {data.protocol}. Task set: {data.task_set} ({', '.join(data.y_tasks)}{tiny}).",
-        f"y = {y_what}; error bar = sample std over seeds of the per-seed score "
-        "(seeds that ran every one of those tasks; none for one seed).",
+        f"y = {y_what}; " + _y_error_text(data),
         f"x = median training steps/sec at sequence length {data.length} on "
         f"{s.get('task', '?')} (batch {s.get('batch_size', '?')}, {s.get('precision', '?')}) on "
         f"{data.device} ({s.get('platform', '?')}), from lra-bench; error bar = min-max over "
-        "the timed windows.",
+        f"the timed windows, pooled over {_rounds_text(data)}.",
     ]
     memories = [p.memory_bytes for p in data.points if p.memory_bytes]
     if memories:

@@ -60,6 +60,8 @@ class Point:
     x_record: dict
     y_records: list[dict]
     windows: int = 0
+    y_interval: tuple[float, float] | None = None  # 95%, seeds x test examples (stats)
+    rounds: int = 1  # benchmark rounds (fresh processes) whose windows x_low..x_high pool
 
 
 @dataclass
@@ -253,11 +255,15 @@ def figure1_data(
     *,
     length: int = DEFAULT_LENGTH,
     published: list[dict] | None = None,
+    board_stats: list | None = None,
 ) -> Figure1Data:
-    """The points, the missing models and the notes of Figure 1 (see the module docstring)."""
+    """The points, the missing models and the notes of Figure 1 (see the module docstring);
+    ``board_stats`` (:func:`lra.report.uncertainty.board_stats`, one per board) gives each
+    point's y its 95% interval."""
     length = int(length)
     board = figure_protocol([boards] if isinstance(boards, Leaderboard) else boards)
     rows, missing = _figure_rows(board)
+    st = next((b for b in board_stats or [] if b.protocol == board.protocol), None)
     table, notes = bench_table(
         tables, length, board.protocol, sorted({r.model for r in board.rows})
     )
@@ -308,6 +314,12 @@ def figure1_data(
                     x_record=table.cells[(bench_row, length)],
                     y_records=y_records,
                     windows=len(table.windows(bench_row, length)),
+                    y_interval=None
+                    if st is None
+                    else st.average_interval(rows[model].label, y_tasks),
+                    rounds=len(
+                        table.cells[(bench_row, length)].get("train_steps_per_sec_rounds") or [1]
+                    ),
                 )
             )
     if not points:

@@ -68,6 +68,18 @@ def record_name(record: dict, root: str | Path | None = None) -> str:
     return relative_to_root(path, root) or Path(path).name
 
 
+def run_folders(record: dict) -> list[Path]:
+    """Where a training record's run files (metrics, predictions) may be: the folder the
+    record was read from, when it has the run folder's name (a store that was moved or
+    copied, e.g. committed results, uses its own files), then the ``run_dir`` it names."""
+    run_dir = record.get("run_dir")
+    folders = [Path(run_dir)] if run_dir else []
+    here = Path(record["path"]).parent if record.get("path") else None
+    if here is not None and (not run_dir or here.name == Path(run_dir).name):
+        folders.insert(0, here)
+    return folders
+
+
 def started(record: dict) -> float:
     """``started_at`` as a UTC timestamp (naive times read as UTC; unparsable = oldest)."""
     try:

@@ -35,6 +35,7 @@ from pathlib import Path
 from lra.atomic import write_atomic
 from lra.config.compose import CONFIG_DIR
 from lra.errors import ConfigError, DataError
+from lra.report import uncertainty
 from lra.report.compare import compare, published_points
 from lra.report.curves import learning_curves, write_curves
 from lra.report.efficiency import efficiency
@@ -51,7 +52,10 @@ from lra.report.load import (
     resolve_task_set,
     results_dirs,
 )
+from lra.report.profiles import write_profiles
 from lra.report.published import load_published
+from lra.report.stats import BOOTSTRAP_RESAMPLES
+from lra.report.stats_tables import pairwise_csv
 from lra.report.table2 import table2
 from lra.report.tables import (
     efficiency_csv,
@@ -90,6 +94,9 @@ def run_report(
     until=None,
     figure: str | bool = "auto",
     published_dir=None,
+    reference: str | None = None,
+    resolve_points: float = 1.0,
+    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> list[Path]:
     """Read ``results_dir`` and write every report file into ``out_dir``; return their paths.
 
@@ -102,6 +109,11 @@ def run_report(
     drawn); False never draws it. ``curves`` draws the learning curves, printing a note per
     record skipped. ``published_dir``: the folder of published-results YAML files (None: the
     package's, :mod:`lra.report.published`); ``show_published`` draws their points in Figure 1.
+    Statistics (:mod:`lra.report.uncertainty`, from the runs' per-example predictions):
+    ``reference`` is the row every model is compared with (None: the Transformer),
+    ``resolve_points`` the difference the seeds-needed table is for, ``bootstrap_resamples``
+    the bootstrap's replicates; ``pairwise.csv`` and ``profiles.{png,svg,pdf}`` are written
+    with the leaderboard.
     """
     figure = figure_choice(figure)
     folders = results_dirs(results_dir)
@@ -117,6 +129,15 @@ def run_report(
     task_set = resolve_task_set(records, tasks)
     require_train_records(records, folders, task_set)
     boards = leaderboards(records, task_set)
+    board_stats = [
+        uncertainty.board_stats(
+            lb,
+            reference=reference,
+            resolve_points=resolve_points,
+            n_resamples=bootstrap_resamples,
+        )
+        for lb in boards
+    ]
     tables = efficiency(records)
     scores, published_efficiency = load_published(published_dir)
     comparisons = [compare(lb, scores) for lb in boards]
@@ -130,7 +151,9 @@ def run_report(
             else None
         )
         try:
-            data = figure1_data(boards, tables, length=figure_length, published=points)
+            data = figure1_data(
+                boards, tables, length=figure_length, published=points, board_stats=board_stats
+            )
         except (DataError, ConfigError) as err:
             if figure is True:
                 raise
@@ -143,8 +166,12 @@ def run_report(
     out = Path(out_dir)
     tiny = boards[0].tiny
     written = [
-        write_atomic(out / "leaderboard.md", leaderboard_markdown(boards, comparisons)),
-        write_atomic(out / "leaderboard.csv", leaderboard_csv(boards, comparisons)),
+        write_atomic(
+            out / "leaderboard.md",
+            leaderboard_markdown(boards, comparisons, board_stats, bootstrap_resamples),
+        ),
+        write_atomic(out / "leaderboard.csv", leaderboard_csv(boards, comparisons, board_stats)),
+        write_atomic(out / "pairwise.csv", pairwise_csv(board_stats)),
         write_atomic(out / "leaderboard.tex", leaderboard_latex(boards, comparisons)),
         write_atomic(out / "efficiency.md", efficiency_markdown(tables, tiny, table2s)),
         write_atomic(out / "efficiency.csv", efficiency_csv(tables, table2s)),
@@ -152,6 +179,7 @@ def run_report(
     ]
     if fig is not None:
         written += write_figure1(fig, out)
+    written += write_profiles(boards, out)
     trace = sources(boards, tables, fig, root, comparisons, table2s)
     if lacking is not None:
         trace["figure1"] = {"drawn": False, "why": lacking}
@@ -207,6 +235,9 @@ def _report(cfg) -> None:
         since=_plain(cfg.get("since")),
         until=_plain(cfg.get("until")),
         figure=figure_choice(cfg.get("figure", "auto")),
+        reference=_plain(cfg.get("reference")),
+        resolve_points=float(cfg.get("resolve_points", 1.0)),
+        bootstrap_resamples=int(cfg.get("bootstrap_resamples", BOOTSTRAP_RESAMPLES)),
     ):
         print(f"wrote {path}", flush=True)
 

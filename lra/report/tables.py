@@ -30,7 +30,17 @@ from lra.report.compare import (
 from lra.report.efficiency import EfficiencyTable, softmax_path
 from lra.report.leaderboard import PARAM_BUDGET, Cell, Leaderboard, Row
 from lra.report.load import BASELINE, MIB, TINY_NOTE, record_name
+from lra.report.stats_tables import (
+    interval_text,
+    legend,
+    marks_text,
+    missing_text,
+    pairwise_markdown,
+    rank_text,
+    seeds_markdown,
+)
 from lra.report.table2 import Table2
+from lra.report.uncertainty import AVG5, AVG6, BoardStats
 
 SUPERSEDED_MARK = "†"
 VAL_TEST_MARK = "‡"
@@ -59,12 +69,23 @@ def published_text(p: Published | None, measured: float | None, numbers: dict) -
 # ---------------------------------------------------------------- leaderboard
 
 
-def cell_text(cell: Cell | None) -> str:
+def cell_text(cell: Cell | None, st: BoardStats | None = None, label="", task="") -> str:
+    """``53.70 [50.6, 56.8] (n=3) *`` with the cell's 95% interval and marks
+    (:mod:`lra.report.stats_tables`); without predictions ``53.70 ± 1.20 (n=3)``."""
     if cell is None:
         return ""
-    std = f" ± {cell.std:.2f}" if cell.std is not None else ""
+    interval = interval_text(st, label, task)
+    std = f" ± {cell.std:.2f}" if cell.std is not None and not interval else ""
     marks = (SUPERSEDED_MARK if cell.superseded else "") + (VAL_TEST_MARK if cell.val_test else "")
-    return f"{cell.mean:.2f}{std} (n={cell.n})" + (f" {marks}" if marks else "")
+    marks += marks_text(st, label, task)
+    return f"{cell.mean:.2f}{interval or std} (n={cell.n})" + (f" {marks}" if marks else "")
+
+
+def average_text(value: float | None, st: BoardStats | None, label: str, column: str) -> str:
+    if value is None:
+        return ""
+    marks = marks_text(st, label, column)
+    return f"{value:.2f}{interval_text(st, label, column)}" + (f" {marks}" if marks else "")
 
 
 def params_text(row: Row) -> str:
@@ -99,12 +120,19 @@ def differs_text(row: Row) -> str:
     return "; ".join(parts)
 
 
-def _table_markdown(lb: Leaderboard, heading: str, comp: Comparison | None = None) -> list[str]:
+def _table_markdown(
+    lb: Leaderboard,
+    heading: str,
+    comp: Comparison | None = None,
+    st: BoardStats | None = None,
+    resamples: int = 0,
+) -> list[str]:
     avg_label = "Tiny avg (not LRA)" if lb.tiny else "LRA avg (5)"
     six_label = "Tiny avg (6)" if lb.tiny else "Avg (6, FAIL=50)"
     show = comp is not None and not lb.tiny and comp.any_published
     pub_col = "published [source] (Δ)"
-    head = ["Model"]
+    ranked = st is not None and bool(st.ranks)
+    head = ["Model"] + (["Rank (95%)"] if ranked else [])
     for t in lb.tasks:
         head += [t, f"{t} {pub_col}"] if show else [t]
     head += [avg_label] + ([f"LRA avg (5) {pub_col}"] if show else [])
@@ -124,22 +152,22 @@ def _table_markdown(lb: Leaderboard, heading: str, comp: Comparison | None = Non
 
     for row in lb.rows:
         mine = comp.rows.get(row.label) if show else None
-        values = [row.label]
+        values = [row.label] + ([rank_text(st, row.label)] if ranked else [])
         for t in (*lb.tasks, "avg", lb.pathx, "six"):
             if t == "avg":
-                values.append(fmt(row.average))
+                values.append(average_text(row.average, st, row.label, AVG5))
                 if show:
                     first = mine.first_average("lra5")
                     values.append(published_text(first, row.average, numbers))
                 continue
             if t == "six":
                 six = measured_six50(row, lb)
-                values.append(fmt(six))
+                values.append(average_text(six, st, row.label, AVG6))
                 if show:
                     values.append(published_text(mine.first_average("six50"), six, numbers))
                 continue
             cell = row.cells.get(t)
-            values.append(cell_text(cell))
+            values.append(cell_text(cell, st, row.label, t))
             if show:
                 mean = None if cell is None else cell.mean
                 values.append(published_text(mine.first(t), mean, numbers))
@@ -159,6 +187,9 @@ def _table_markdown(lb: Leaderboard, heading: str, comp: Comparison | None = Non
             + ". Δ = measured - published, percentage points."
         )
     lines.append("")
+    if text := legend(st, resamples):
+        lines += [text, ""]
+    lines += missing_text(st)
     notes = []
     over = [r.label for r in lb.rows if r.over_budget]
     if over:
@@ -198,11 +229,14 @@ def _table_markdown(lb: Leaderboard, heading: str, comp: Comparison | None = Non
         notes[-1] += "\n\n" + "\n".join(bullets)
     for note in notes:  # one paragraph each
         lines += [note, ""]
-    return lines
+    return lines + pairwise_markdown(lb, st) + seeds_markdown(lb, st)
 
 
 def leaderboard_markdown(
-    boards: list[Leaderboard] | Leaderboard, comparisons: list[Comparison] | None = None
+    boards: list[Leaderboard] | Leaderboard,
+    comparisons: list[Comparison] | None = None,
+    board_stats: list[BoardStats] | None = None,
+    resamples: int = 0,
 ) -> str:
     """``leaderboard.md``: one table per protocol, each headed by its protocol name; with
     ``comparisons`` (one per board, :func:`lra.report.compare.compare`), the published numbers
@@ -229,8 +263,9 @@ def leaderboard_markdown(
     if first.tiny and comparisons is not None:
         lines += ["", comps[0].note]
     lines.append("")
-    for lb, comp in zip(boards, comps, strict=True):
-        lines += _table_markdown(lb, f"## Protocol: {lb.protocol}", comp)
+    all_stats = list(board_stats) if board_stats is not None else [None] * len(boards)
+    for lb, comp, st in zip(boards, comps, all_stats, strict=True):
+        lines += _table_markdown(lb, f"## Protocol: {lb.protocol}", comp, st, resamples)
     if first.other_tasks:
         lines += [
             f"Records on tasks outside this set, not shown: {', '.join(first.other_tasks)}.",
@@ -252,11 +287,15 @@ def leaderboard_markdown(
 
 
 def leaderboard_csv(
-    boards: list[Leaderboard] | Leaderboard, comparisons: list[Comparison] | None = None
+    boards: list[Leaderboard] | Leaderboard,
+    comparisons: list[Comparison] | None = None,
+    board_stats: list[BoardStats] | None = None,
 ) -> str:
     """CSV, one line per row with its protocol; mean, std, n and setting per task; the
     six-task average; with ``comparisons``, per task and average the first published value,
-    its source and measured - published (empty on tiny tasks)."""
+    its source and measured - published (empty on tiny tasks); with ``board_stats`` (one per
+    board), per task and average its seeds and 95% interval, and the row's rank interval
+    (empty without predictions)."""
     boards = [boards] if isinstance(boards, Leaderboard) else list(boards)
     comps = list(comparisons) if comparisons is not None else [None] * len(boards)
 
@@ -289,8 +328,13 @@ def leaderboard_csv(
     if comparisons is not None:
         for t in (*first.tasks, first.pathx, "lra_average", "six_average_fail50"):
             head += [f"{t}_published", f"{t}_published_source", f"{t}_diff"]
+    interval_columns = (*first.shown, first.average_name, six_name)
+    for t in interval_columns:
+        head += [f"{t}_n_seeds", f"{t}_ci_low", f"{t}_ci_high"]
+    head += ["rank", "rank_low", "rank_high"]
     writer.writerow(head)
-    for lb, comp in zip(boards, comps, strict=True):
+    all_stats = list(board_stats) if board_stats is not None else [None] * len(boards)
+    for lb, comp, st in zip(boards, comps, all_stats, strict=True):
         for row in lb.rows:
             values = [lb.protocol, row.label, row.model, row.variant]
             for t in lb.tasks:
@@ -314,6 +358,12 @@ def leaderboard_csv(
                     values += beside(p, None if cell is None else cell.mean)
                 values += beside(mine.first_average("lra5") if mine else None, row.average)
                 values += beside(mine.first_average("six50") if mine else None, six)
+            for column in (*lb.shown, AVG5, AVG6):
+                interval = None if st is None else st.interval(row.label, column)
+                n = None if interval is None else st.n_seeds(row.label, column)
+                values += ["" if n is None else str(n), *map(number, interval or (None, None))]
+            rank = (st.ranks.get(row.label) if st is not None else None) or (None, None, None)
+            values += ["" if r is None else str(r) for r in rank]
             writer.writerow(values)
     return out.getvalue()
 
