@@ -1,13 +1,16 @@
 """The six tiny tasks end to end: prepared offline, then one lra-train multirun, six records."""
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SMALL_DATA, SMALL_RUN, make_config
 from test_cli import cli
 
 from lra.data.tasks import load_task, prepare_command, prepare_task
 from lra.errors import DataError
+from lra.record import predictions
 
 # Each tiny task at an even smaller size, so preparing all six takes seconds.
 SMALLER = {
@@ -79,3 +82,12 @@ def test_one_multirun_over_the_six_tiny_tasks_leaves_six_records(tiny_data_dir, 
         assert 0.0 <= record["test_accuracy"] <= 1.0
         assert record["test_loss"] == record["test_loss"]  # finite, not NaN
         assert record["num_steps"] == 4
+        # The selected model's per-example predictions: one row per test example (a Retrieval
+        # pair is one row), each example once, and the record's accuracy to the last bit.
+        named = record["predictions"]["test"]
+        rows = predictions.read(Path(record["run_dir"]) / named["file"], named["sha256"])
+        n_test = record["split_sizes"]["test"]
+        assert sorted(rows["index"].tolist()) == list(range(n_test)), record["task"]
+        assert rows["logits"].dtype == np.float16 and rows["logits"].shape[0] == n_test
+        accuracy = float(np.mean(rows["pred"] == rows["label"]))
+        assert accuracy == record["test_accuracy"], record["task"]
