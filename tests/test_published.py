@@ -249,3 +249,41 @@ def test_mega_table2_as_published_and_its_mixed_average(shipped):
     ]
     assert [e.values for e in chunk_speed] == [{4096: 5.5}]
     assert {"XFM", "XFM‡"} <= {r.model for r in pub.published_for("transformer", scores)}
+
+
+def test_secondary_rows_as_published_and_marked_secondary(shipped):
+    scores, _ = shipped
+    s5 = next(r for r in scores if r.source.id == "s5_paper")
+    spt = next(r for r in scores if r.source.id == "spt_paper")
+    assert s5.scores == {
+        "listops": 62.15,
+        "text": 89.31,
+        "retrieval": 91.40,
+        "image": 88.00,
+        "pathfinder": 95.33,
+        "pathx": 98.58,
+    }
+    assert spt.scores["image"] == 76.0 and spt.scores["pathx"] == 88.05
+    for row, printed in ((s5, 87.46), (spt, 81.81)):
+        assert row.average == printed
+        assert round(pub.six_average(row.scores), 2) == printed
+        assert row.source.secondary and "secondary source" in row.source.cited
+        assert row.source.read_from in row.source.cited
+    assert "paperswithcode.com" in s5.source.read_from
+    assert "2405.06147" in spt.source.read_from
+    # S5's own row stands beside the harness's s5; the SPT row matches no harness model
+    assert s5 in pub.published_for("s5", scores)
+    assert spt in pub.unmatched(scores, MODEL_NAMES)
+    # every other source is primary, and its citation prints as it is
+    lra = next(r for r in scores if r.source.id == "lra_paper")
+    assert not lra.source.secondary and lra.source.cited == lra.source.citation
+
+
+def test_a_secondary_flag_that_is_not_a_boolean_names_file_and_key(tmp_path):
+    path = tmp_path / "x_paper.yaml"
+    path.write_text(
+        "source: {id: x_paper, citation: C, table: T, read_from: R, secondary: 'yes'}\n"
+        "averaging: six\nscores: [{model: M, listops: 50.0}]\n"
+    )
+    with pytest.raises(pub.PublishedDataError, match=r"x_paper.yaml.*source.secondary"):
+        pub.load_file(path)

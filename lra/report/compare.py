@@ -133,7 +133,7 @@ def measured_six50(row: Row, lb: Leaderboard) -> float | None:
 
 
 def _published(row, value) -> Published:
-    return Published(value, row.source.id, row.model, row.table, row.source.citation)
+    return Published(value, row.source.id, row.model, row.table, row.source.cited)
 
 
 def comparable_scores(row) -> dict:
@@ -223,7 +223,7 @@ def published_points(models, scores: list, efficiency: list, length: int) -> lis
                     "model": model,
                     "label": f"{e.model} ({e.source.id})",
                     "source": e.source.id,
-                    "citation": e.source.citation,
+                    "citation": e.source.cited,
                     "lra_average": float(y),
                     "train_steps_per_sec": float(numeric[near]),
                     "speed_length": near,

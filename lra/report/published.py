@@ -24,6 +24,10 @@ Sources and their conventions (see each file's ``source`` block):
 - Hasani et al., "Liquid Structural State-Space Models", ICLR 2023, arXiv 2209.12951, Table 1
   (its state-space rows, among them S4D-LegS/Inv/Lin as quoted from Gu et al. 2022b, the S4D
   paper; ``six_fail50``).
+- Two rows read from secondary sources (``source.secondary: true``; the report's source lists
+  say so): S5's own LRA row (Smith et al., ICLR 2023) from its Papers-with-Code page, and the
+  Transformer with causal self-pretraining (Amos et al., ICLR 2024) as quoted in Table 1 of
+  the RTF paper, arXiv 2405.06147 (``six``).
 
 Image variant: LRA's Image task is grayscale CIFAR-10. A row whose Image column was measured on
 colour CIFAR-10 (LRU's sCIFAR) says ``image_variant: colour``; the default, ``grayscale``, is
@@ -98,6 +102,14 @@ class Source:
     table: str
     read_from: str
     arxiv: str | None
+    secondary: bool = False  # read from a page quoting the paper, not from the paper
+
+    @property
+    def cited(self) -> str:
+        """The citation as the report's source lists print it: a secondary source says so."""
+        if not self.secondary:
+            return self.citation
+        return f"{self.citation} [secondary source: {self.read_from}]"
 
 
 @dataclass(frozen=True)
@@ -171,12 +183,16 @@ def _source(path: Path, raw) -> Source:
     if raw["id"] != path.stem:
         raise _fail(path, "source.id", f"{raw['id']!r} differs from the file stem {path.stem!r}")
     arxiv = raw.get("arxiv")
+    secondary = raw.get("secondary", False)
+    if not isinstance(secondary, bool):
+        raise _fail(path, "source.secondary", f"{secondary!r} is not true or false")
     return Source(
         id=raw["id"],
         citation=raw["citation"],
         table=raw["table"],
         read_from=raw["read_from"],
         arxiv=None if arxiv is None else str(arxiv),
+        secondary=secondary,
     )
 
 
