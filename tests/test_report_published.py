@@ -24,7 +24,7 @@ from lra.report.efficiency import IMPLEMENTATION_KEY, efficiency
 from lra.report.figure_data import figure1_data
 from lra.report.latex import leaderboard_latex
 from lra.report.leaderboard import leaderboard
-from lra.report.published import TASKS, load_published
+from lra.report.published import TASKS, load_file, load_published
 from lra.report.table2 import table2
 from lra.report.tables import efficiency_markdown, leaderboard_csv
 
@@ -498,3 +498,35 @@ def test_image_variant_colour_keeps_image_and_averages_out_of_the_comparison(tmp
     assert [p.value for p in gray.tasks[shown["image"]]] == [89.0]
     assert [p.value for p in gray.lra5] == [pytest.approx((60 + 90 + 90 + 89 + 95) / 5)]
     assert [p.value for p in gray.six50] == [pytest.approx((60 + 90 + 90 + 89 + 95 + 94) / 6)]
+
+
+def test_a_published_spread_is_kept_and_shown_beside_its_value(tmp_path):
+    from lra.report.tables import leaderboard_markdown
+
+    scores, _ = load_published()
+    lru = next(r for r in scores if r.source.id == "lru_paper" and r.model == "LRU")
+    assert lru.spread["listops"] == 0.8 and lru.spread_kind == "standard error over 3 seeds"
+    records = full_row("lru", [0.6, 0.9, 0.9, 0.8, 0.9])
+    _, records = store(tmp_path, records)
+    lb = leaderboard(records)
+    comp = compare(lb, scores)
+    shown = dict(zip(TASKS, lb.shown, strict=True))
+    [listops] = [p for p in comp.rows["lru"].tasks[shown["listops"]] if p.source == "lru_paper"]
+    assert (listops.value, listops.spread) == (60.2, 0.8)
+    assert listops.trace()["spread_kind"] == "standard error over 3 seeds"
+    md = leaderboard_markdown([lb], [comp])
+    assert "60.20 ± 0.80 [" in md
+    assert "± beside a published value: the source's standard error over 3 seeds." in md
+    # a row without a printed spread shows its value alone
+    lra = next(r for r in scores if r.source.id == "lra_paper")
+    assert lra.spread == {} and lra.spread_kind == ""
+
+
+def test_a_spread_without_its_kind_names_file_and_key(tmp_path):
+    path = tmp_path / "x_paper.yaml"
+    path.write_text(
+        "source: {id: x_paper, citation: C, table: T, read_from: R}\n"
+        "averaging: none\nscores: [{model: M, listops: 50.0, spread: {listops: 1.0}}]\n"
+    )
+    with pytest.raises(DataError, match=r"x_paper.yaml.*spread_kind"):
+        load_file(path)

@@ -54,6 +54,8 @@ class Published:
     label: str  # the model as the source prints it
     table: str
     citation: str
+    spread: float | None = None  # the spread the source prints beside the value
+    spread_kind: str = ""
 
     def diff(self, measured: float | None) -> float | None:
         """``measured - published`` in percentage points; None for FAIL or a missing value."""
@@ -68,6 +70,8 @@ class Published:
             "label": self.label,
             "table": self.table,
             "citation": self.citation,
+            "spread": self.spread,
+            "spread_kind": self.spread_kind or None,
         }
 
 
@@ -132,8 +136,10 @@ def measured_six50(row: Row, lb: Leaderboard) -> float | None:
     return pub.six_average_fail50(measured_scores(row, lb))
 
 
-def _published(row, value) -> Published:
-    return Published(value, row.source.id, row.model, row.table, row.source.cited)
+def _published(row, value, task: str | None = None) -> Published:
+    spread = row.spread.get(task) if task else None
+    kind = row.spread_kind if spread is not None else ""
+    return Published(value, row.source.id, row.model, row.table, row.source.cited, spread, kind)
 
 
 def comparable_scores(row) -> dict:
@@ -162,7 +168,7 @@ def compare(lb: Leaderboard, scores: list) -> Comparison:
                 scores = comparable_scores(p)
                 for task, shown in zip(pub.TASKS, lb.shown, strict=True):
                     if scores.get(task) is not None:
-                        found.tasks.setdefault(shown, []).append(_published(p, scores[task]))
+                        found.tasks.setdefault(shown, []).append(_published(p, scores[task], task))
                 lra5, six50 = pub.lra5_average(scores), pub.six_average_fail50(scores)
                 if lra5 is not None:
                     found.lra5.append(_published(p, lra5))

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -61,7 +61,16 @@ AVERAGING_RULES = ("lra5", "six_fail50", "six", "none")
 METRICS = ("steps_per_sec", "peak_memory", "relative_steps_per_sec", "relative_peak_memory")
 SOURCE_FIELDS = ("id", "citation", "table", "read_from")
 IMAGE_VARIANTS = ("grayscale", "colour")  # LRA's Image task is grayscale CIFAR-10
-SCORE_KEYS = {"model", "average", "notes", "table", "image_variant", *TASKS}
+SCORE_KEYS = {
+    "model",
+    "average",
+    "notes",
+    "table",
+    "image_variant",
+    "spread",
+    "spread_kind",
+    *TASKS,
+}
 EFFICIENCY_KEYS = {"model", "metric", "unit", "hardware", "values", "notes", "table"}
 
 # Harness model name (configs/model/NAME.yaml) -> the labels sources print for it. Explicit:
@@ -125,6 +134,8 @@ class PublishedScore:
     notes: str
     table: str
     image_variant: str = "grayscale"
+    spread: dict = field(default_factory=dict)  # task -> the printed spread, percent
+    spread_kind: str = ""  # what the spread is, e.g. "standard error over 3 seeds"
 
     @property
     def lra_image(self) -> bool:
@@ -178,8 +189,8 @@ def _text(path: Path, key: str, value, required: bool = True) -> str:
 def _source(path: Path, raw) -> Source:
     if not isinstance(raw, Mapping):
         raise _fail(path, "source", "missing (a mapping with id, citation, table, read_from)")
-    for field in SOURCE_FIELDS:
-        _text(path, f"source.{field}", raw.get(field))
+    for name in SOURCE_FIELDS:
+        _text(path, f"source.{name}", raw.get(name))
     if raw["id"] != path.stem:
         raise _fail(path, "source.id", f"{raw['id']!r} differs from the file stem {path.stem!r}")
     arxiv = raw.get("arxiv")
@@ -222,7 +233,25 @@ def _score_row(path: Path, i: int, raw, source: Source, averaging: str) -> Publi
         notes=_text(path, f"{where}.notes", raw.get("notes"), required=False),
         table=_text(path, f"{where}.table", raw.get("table", source.table)),
         image_variant=variant,
+        **_spread(path, where, raw),
     )
+
+
+def _spread(path: Path, where: str, raw: Mapping) -> dict:
+    """A row's printed spread per task (``spread: {task: percent}``) and what it is
+    (``spread_kind``, required with it)."""
+    spread = raw.get("spread")
+    if spread is None:
+        return {}
+    if not isinstance(spread, Mapping) or not set(spread) <= set(TASKS):
+        raise _fail(path, f"{where}.spread", f"a mapping of tasks ({', '.join(TASKS)}) to numbers")
+    values = {
+        t: _number(path, f"{where}.spread.{t}", v, allow_fail=False) for t, v in spread.items()
+    }
+    if any(v is not None and v < 0 for v in values.values()):
+        raise _fail(path, f"{where}.spread", "a spread cannot be negative")
+    kind = _text(path, f"{where}.spread_kind", raw.get("spread_kind"))
+    return {"spread": {t: v for t, v in values.items() if v is not None}, "spread_kind": kind}
 
 
 def _efficiency_row(path: Path, i: int, raw, source: Source) -> PublishedEfficiency:

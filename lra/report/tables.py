@@ -56,12 +56,23 @@ def signed(value, digits=2) -> str:
     return "" if value is None else f"{value:+.{digits}f}"
 
 
+def spread_caption(comp) -> str:
+    """What the ``±`` beside published values means, when any is shown."""
+    kinds = sorted(
+        {p.spread_kind for r in comp.rows.values() for ps in r.tasks.values() for p in ps} - {""}
+    )
+    return f" ± beside a published value: the source's {'; '.join(kinds)}." if kinds else ""
+
+
 def published_text(p: Published | None, measured: float | None, numbers: dict) -> str:
-    """``36.37 [1] (+0.13)``: the published value, its source's number, measured - published."""
+    """``36.37 [1] (+0.13)``: the published value (``± spread`` where the source prints one),
+    its source's number, measured - published."""
     if p is None:
         return ""
     mark = numbers.setdefault(p.source, len(numbers) + 1)
     value = p.value if isinstance(p.value, str) else f"{p.value:.2f}"
+    if p.spread is not None:
+        value += f" ± {p.spread:.2f}"
     diff = p.diff(measured)
     return f"{value} [{mark}]" + ("" if diff is None else f" ({diff:+.2f})")
 
@@ -185,6 +196,7 @@ def _table_markdown(
             "Published [source], the first source with a number (all sources: sources.json): "
             + "; ".join(f"[{n}] {s}: {cites.get(s, s)}" for s, n in numbers.items())
             + ". Δ = measured - published, percentage points."
+            + spread_caption(comp)
         )
     lines.append("")
     if text := legend(st, resamples):
