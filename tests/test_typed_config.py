@@ -125,7 +125,11 @@ def test_lra_report_checks_its_keys():
         "figure_length: expected an integer, got 'abc'"
     )
     assert command_line_problem("report", ["+figure_lenght=3"]).startswith(
-        "figure_lenght: unknown key (did you mean figure_length?); allowed keys: curves,"
+        "figure_lenght: unknown key (did you mean figure_length?); allowed keys: "
+        "bootstrap_resamples, curves,"
+    )
+    assert command_line_problem("report", ["bootstrap_resamples=abc"]) == (
+        "bootstrap_resamples: expected an integer, got 'abc'"
     )
 
 
