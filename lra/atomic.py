@@ -7,7 +7,10 @@ folder, then rename (``os.replace`` is atomic within one file system).
 - :func:`atomic_folder`: a fresh temporary folder to fill, swapped in for the target (an
   existing target is moved aside first, then deleted).
 
-On any error the temporary file or folder is removed and the target is left as it was.
+On any error the temporary file or folder is removed and the target is left as it was. What
+appears gets the mode a plain ``open`` or ``mkdir`` would give it (0666 or 0777 less the
+umask), not the private 0600 / 0700 of ``tempfile``, so records and data on a shared file
+system stay readable by the group, as the user's umask says.
 Temporary files are named ``.<name>.tmp-<random>`` beside the target, so a reader that skips
 dot-files never sees one and a clean-up can find strays with ``.*.tmp-*``. The bottom layer:
 nothing here imports the rest of the harness.
@@ -23,9 +26,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _temporary_file(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     return Path(tmp)
 
@@ -62,6 +73,7 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
+    tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
         if folder.exists():
