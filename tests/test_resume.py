@@ -1,5 +1,6 @@
 """Run folders, checkpoints and exact resume, in process (kills: test_interrupt.py)."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -49,6 +50,18 @@ def assert_same_result(resumed: dict, full: dict) -> None:
     for key in SAME:
         assert resumed[key] == full[key], key
     assert resumed["history"] == full["history"]
+    assert_same_predictions(resumed, full)
+
+
+def assert_same_predictions(resumed: dict, full: dict) -> None:
+    """The record names the same predictions files (SHA-256 included), and the files in the
+    two run folders hold the same bytes."""
+    assert resumed["predictions"] == full["predictions"]
+    assert sorted(full["predictions"]) == ["test", "val"]
+    for named in full["predictions"].values():
+        mine = (Path(resumed["run_dir"]) / named["file"]).read_bytes()
+        theirs = (Path(full["run_dir"]) / named["file"]).read_bytes()
+        assert mine == theirs and hashlib.sha256(mine).hexdigest() == named["sha256"]
 
 
 # The tests that use the module fixture `uninterrupted` run on one pytest-xdist worker
@@ -169,6 +182,8 @@ def test_lra_eval_reproduces_the_record(listops_tiny_dir, uninterrupted):
     assert selected["accuracy"] == uninterrupted["test_accuracy"]
     assert selected["loss"] == uninterrupted["test_loss"]
     assert selected["best"] and selected["step"] == 8
+    assert selected["predictions"]["sha256"] == uninterrupted["predictions"]["test"]["sha256"]
+    assert selected["predictions"]["same_as_run"] is True
     val = evaluate_run(folder, "val", "selected")
     assert val["accuracy"] == uninterrupted["val_accuracy"]
     last = evaluate_run(folder, "val", "last")
