@@ -3,8 +3,10 @@
 One circle per model: y = score, x = training steps/sec, circle area proportional to peak
 memory. What the figure shows is on it:
 
-* error bars: y = sample standard deviation over seeds of the per-seed score, x = min-max
-  of the speed over the benchmark's timed windows;
+* error bars: y = the score's 95% interval over seeds and test examples (the leaderboard's
+  stratified bootstrap, asymmetric), or the sample standard deviation over seeds for a
+  model whose records carry no predictions; x = min-max of the speed over the benchmark's
+  timed windows;
 * a legend with one entry per model (and one for the published points when drawn), and a
   second legend of three reference circles with their memory, so sizes can be read;
 * point labels placed beside their circles where they overlap no other label (checked

@@ -12,8 +12,10 @@ at length 2048 (REFERENCE.md sec. 6), so :data:`DEFAULT_LENGTH` is 2048.
   a model with several non-default rows is listed as missing (pick one with ``settings``).
 * y = the row's LRA average (official tasks) or, for the tiny set, the mean test accuracy
   over the tiny tasks every plotted model has (tiny-task CPU numbers, not LRA scores);
-  its error = the sample standard deviation over seeds of the per-seed score (the seed's
-  mean over those tasks), over the seeds that ran every one of them.
+  its error = the 95% interval of that average from the leaderboard's bootstrap
+  (``y_interval``, seeds and test examples resampled per task) where every cell carries
+  predictions, else the sample standard deviation over seeds of the per-seed score (the
+  seed's mean over those tasks), over the seeds that ran every one of them.
 * x = median training steps/sec of the model's benchmark record at ``length`` in the
   benchmark setting (task, batch, precision, device, protocol) of the figure's protocol
   with the most models measured there; its error = min-max over the timed windows.

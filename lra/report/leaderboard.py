@@ -142,6 +142,10 @@ class Leaderboard:
         return "tiny_average" if self.tiny else "lra_average"
 
     @property
+    def six_average_name(self) -> str:
+        return "tiny_six_average" if self.tiny else "six_average_fail50"
+
+    @property
     def shown(self) -> tuple[str, ...]:
         return (*self.tasks, self.pathx)
 

@@ -164,13 +164,24 @@ def seeds_markdown(board, st: BoardStats | None) -> list[str]:
 
 def pairwise_csv(all_stats: list[BoardStats]) -> str:
     """``pairwise.csv``: one line per pair, the columns of :data:`PAIRWISE_COLUMNS` and
-    ``versus`` (reference or best)."""
+    ``versus`` (``reference``, ``best``, or ``reference+best`` for a column whose best model
+    is the reference: its two families hold the same pairs, so each is written once). The
+    averages are named as in ``leaderboard.csv`` (``lra_average``, ``six_average_fail50``;
+    ``tiny_average``, ``tiny_six_average`` on the tiny tasks)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*PAIRWISE_COLUMNS, "versus"])
     for st in all_stats:
+        versus_of: dict[tuple, list[str]] = {}
+        lines: dict[tuple, dict] = {}
         for p in st.pairs:
-            writer.writerow([_csv(p[c]) for c in (*PAIRWISE_COLUMNS, "versus")])
+            key = tuple(p[c] for c in ("protocol", "task", "model_a", "model_b"))
+            versus_of.setdefault(key, []).append(p["versus"])
+            lines.setdefault(key, p)
+        for key, p in lines.items():
+            row = [_csv(p[c]) for c in PAIRWISE_COLUMNS]
+            row[PAIRWISE_COLUMNS.index("task")] = st.csv_names.get(p["task"], p["task"])
+            writer.writerow([*row, "+".join(versus_of[key])])
     return out.getvalue()
 
 

@@ -261,11 +261,13 @@ def leaderboard_markdown(
     lines = [
         f"# Leaderboard{tiny}",
         "",
-        f"Test accuracy (%) per task: mean ± sample standard deviation over seeds (n = seeds)"
-        f"{tiny}. Records share a cell only when model, task and setting (the hash of the "
-        "resolved config less seed, paths, logging and device layout) agree; a model with "
-        "several settings has one row per setting (label: the variant, naming what was "
-        "overridden; @hash where settings share a variant). One table per protocol; nothing "
+        f"Test accuracy (%) per task{tiny}: mean over seeds (n = seeds) with its 95% interval "
+        "[low, high] where the records carry predictions (see below), else ± the sample "
+        "standard deviation over seeds. Records share a cell only when model, task and "
+        "setting (the hash of the resolved config less seed, paths, logging and device "
+        "layout) agree; a model with several settings has one row per setting (label: the "
+        "variant, naming what was overridden; @hash where settings share a variant). One "
+        "table per protocol; nothing "
         f"is averaged across settings or protocols. {avg_label} = mean of the five task means "
         f"({', '.join(first.tasks)}), empty unless all five exist; {first.pathx} is reported "
         "separately and is not in the average. Empty cell = no record.",
@@ -335,7 +337,7 @@ def leaderboard_csv(
         part = ("mean", "std", "n", "setting")
         head += [t] if t == first.average_name else [f"{t}_{p}" for p in part]
     head += ["params_ratio_max", "params_over_budget", "val_source", "differs"]
-    six_name = "tiny_six_average" if first.tiny else "six_average_fail50"
+    six_name = first.six_average_name
     head.append(six_name)
     if comparisons is not None:
         for t in (*first.tasks, first.pathx, "lra_average", "six_average_fail50"):

@@ -75,6 +75,7 @@ class BoardStats:
     at_ceiling: set = field(default_factory=set)  # (label, column)
     pairs: list[dict] = field(default_factory=list)  # pairwise.csv lines
     reference: str | None = None
+    csv_names: dict = field(default_factory=dict)  # AVG5/AVG6 -> leaderboard.csv's name
     seeds_needed: list[dict] = field(default_factory=list)
     resolve_points: float = 1.0
 
@@ -137,6 +138,7 @@ def board_stats(
     (None: the Transformer's default row, when there is one)."""
     columns = (*board.shown, AVG5, AVG6)
     out = BoardStats(board.protocol, columns, None, resolve_points=resolve_points)
+    out.csv_names = {AVG5: board.average_name, AVG6: board.six_average_name}
     test_labels: dict[str, np.ndarray] = {}
     for row in board.rows:
         for task in board.shown:
