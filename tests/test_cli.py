@@ -117,11 +117,17 @@ def test_multirun_finishes_past_failing_jobs_and_a_rerun_trains_nothing(listops_
     assert json.loads(Path(rows[2]["record"]).read_text())["seed"] == 1
     assert "test accuracy" in (sweep / "0" / "lra.log").read_text()
     assert "no_such_mechanism" in (sweep / "1" / "lra.log").read_text()
+    # After each job, the sweep's progress (lra.run.progress): ended out of the total, an ETA.
+    said = out.stdout + out.stderr
+    assert "sweep progress: 1/4 jobs ended (1 done), " in said and ", ETA " in said
+    assert "sweep progress: 4/4 jobs ended (2 done, 2 failed), " in said
+    assert said.rstrip().count("sweep progress:") == 4
 
     stamps = [p.stat().st_mtime_ns for p in sorted((tmp_path / "records").glob("*/record.json"))]
     again = cli("lra-train", *common, f"hydra.sweep.dir={tmp_path / 'again'}", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "2 skipped." in (tmp_path / "again" / "summary.md").read_text()
+    assert "2/2 jobs ended (2 skipped), 0 device-hours spent, done" in again.stdout + again.stderr
     assert "val accuracy" not in again.stdout  # nothing was trained
     assert stamps == [
         p.stat().st_mtime_ns for p in sorted((tmp_path / "records").glob("*/record.json"))

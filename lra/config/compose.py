@@ -13,10 +13,12 @@ from hydra.core.global_hydra import GlobalHydra
 CONFIG_DIR = str(files("lra.configs"))
 
 
-def compose_config(config_name: str, overrides: list[str]):
+def compose_config(config_name: str, overrides: list[str], return_hydra_config: bool = False):
     """Hydra's composed ``config_name`` with ``overrides``, inside a running app (its search
-    path, e.g. ``--config-dir``) or, outside one, from the harness's configs."""
+    path, e.g. ``--config-dir``) or, outside one, from the harness's configs; with
+    ``return_hydra_config``, the ``hydra`` node too (an experiment's ``hydra.sweeper.params``)."""
+    options = {"return_hydra_config": return_hydra_config}
     if GlobalHydra.instance().is_initialized():
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, **options)
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, **options)

@@ -424,6 +424,7 @@ class ReportConfig:
     reference: str | None = MISSING  # a row label of the leaderboard; null = the Transformer
     resolve_points: PositiveFloat = MISSING
     bootstrap_resamples: PositiveInt = MISSING
+    plan: str | None = MISSING  # an lra-plan plan.json (or its folder), lra.report.plan_check
 
 
 # --- relations between the keys of one mapping ----------------------------------------------

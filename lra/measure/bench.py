@@ -53,6 +53,16 @@ def synthetic_batch(task_cfg, batch_size: int, length: int, seed: int = 0) -> di
     }
 
 
+def device_batch(task_cfg, topology, batch_size: int, length: int):
+    """:func:`synthetic_batch` placed on ``topology``'s mesh (this process's rows of it)."""
+    rows = slice(
+        topology.process_index * topology.per_process_batch,
+        (topology.process_index + 1) * topology.per_process_batch,
+    )
+    local = jax.tree.map(lambda x: x[rows], synthetic_batch(task_cfg, batch_size, length))
+    return topology.put(local)
+
+
 def _timed_windows(run_steps, windows: int, steps_per_window: int) -> WindowTimer:
     """``windows`` timed windows of ``steps_per_window`` steps each, with their loads."""
     timer = WindowTimer()
@@ -60,6 +70,36 @@ def _timed_windows(run_steps, windows: int, steps_per_window: int) -> WindowTime
         timer.start()
         timer.stop(steps_per_window, run_steps(steps_per_window))
     return timer
+
+
+def time_train_and_eval(
+    compiled, batch, *, warmup_steps: int, windows: int, steps_per_window: int
+) -> dict:
+    """Train and eval steps/sec of ``compiled`` (:class:`lra.train.compile.Compiled`) on
+    ``batch``: ``warmup_steps`` untimed (awaited), then ``windows`` timed windows of
+    ``steps_per_window`` steps each, summarised with their loads
+    (:func:`lra.device.machine_load.summarize_windows`)."""
+    state = compiled.state
+
+    def train(n):
+        nonlocal state
+        for _ in range(n):
+            state, metrics = compiled.train_step(state, batch, compiled.dropout_key)
+        return state
+
+    # Dispatch is asynchronous: await the warm-up, or window 1 pays for it.
+    jax.block_until_ready(train(warmup_steps))
+    trained = _timed_windows(train, windows, steps_per_window)
+
+    def infer(n):
+        return [compiled.eval_step(state.params, batch) for _ in range(n)]
+
+    jax.block_until_ready(infer(warmup_steps))
+    inferred = _timed_windows(infer, windows, steps_per_window)
+    return {
+        **summarize_windows(trained.windows, trained.loads, "train"),
+        **summarize_windows(inferred.windows, inferred.loads, "eval"),
+    }
 
 
 def measure_length(
@@ -84,12 +124,7 @@ def measure_length(
     cfg = OmegaConf.merge(cfg, {"task": {"max_length": int(length)}})
     cache_dir = configure_compile_cache(cfg.compile_cache)  # before the first compile
     topology = parallel.make_topology(cfg.trainer.mesh, batch_size, int(cfg.trainer.grad_accum))
-    rows = slice(
-        topology.process_index * topology.per_process_batch,
-        (topology.process_index + 1) * topology.per_process_batch,
-    )
-    local = jax.tree.map(lambda x: x[rows], synthetic_batch(cfg.task, batch_size, length))
-    batch = topology.put(local)
+    batch = device_batch(cfg.task, topology, batch_size, length)
     out = {
         "length": int(length),
         "batch_size": int(batch_size),
@@ -103,25 +138,15 @@ def measure_length(
         out.update(compiled_fields(compiled, {"dir": cache_dir, **cache.counts()}))
         peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
         if time_steps:
-            state = compiled.state
-
-            def train(n):
-                nonlocal state
-                for _ in range(n):
-                    state, metrics = compiled.train_step(state, batch, compiled.dropout_key)
-                return state
-
-            # Dispatch is asynchronous: await the warm-up, or window 1 pays for it.
-            jax.block_until_ready(train(warmup_steps))
-            trained = _timed_windows(train, windows, steps_per_window)
-
-            def infer(n):
-                return [compiled.eval_step(state.params, batch) for _ in range(n)]
-
-            jax.block_until_ready(infer(warmup_steps))
-            inferred = _timed_windows(infer, windows, steps_per_window)
-            out.update(summarize_windows(trained.windows, trained.loads, "train"))
-            out.update(summarize_windows(inferred.windows, inferred.loads, "eval"))
+            out.update(
+                time_train_and_eval(
+                    compiled,
+                    batch,
+                    warmup_steps=warmup_steps,
+                    windows=windows,
+                    steps_per_window=steps_per_window,
+                )
+            )
             out["achieved_flops_per_sec"] = (
                 out["flops_per_step"] * out["train_steps_per_sec"]
                 if out.get("flops_per_step") and out.get("train_steps_per_sec")

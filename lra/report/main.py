@@ -52,6 +52,7 @@ from lra.report.load import (
     resolve_task_set,
     results_dirs,
 )
+from lra.report.plan_check import load_plan, plan_check, plan_check_csv, plan_check_markdown
 from lra.report.profiles import write_profiles
 from lra.report.published import load_published
 from lra.report.stats import BOOTSTRAP_RESAMPLES
@@ -97,6 +98,7 @@ def run_report(
     reference: str | None = None,
     resolve_points: float = 1.0,
     bootstrap_resamples: int = BOOTSTRAP_RESAMPLES,
+    plan=None,
 ) -> list[Path]:
     """Read ``results_dir`` and write every report file into ``out_dir``; return their paths.
 
@@ -113,9 +115,11 @@ def run_report(
     ``reference`` is the row every model is compared with (None: the Transformer),
     ``resolve_points`` the difference the seeds-needed table is for, ``bootstrap_resamples``
     the bootstrap's replicates; ``pairwise.csv`` and ``profiles.{png,svg,pdf}`` are written
-    with the leaderboard.
+    with the leaderboard. ``plan``: an ``lra-plan`` plan.json (or its folder) whose projections
+    are compared with the records (:mod:`lra.report.plan_check`: ``plan_check.{md,csv}``).
     """
     figure = figure_choice(figure)
+    planned = None if plan is None else load_plan(plan)  # a bad plan fails before any write
     folders = results_dirs(results_dir)
     records = filter_records(
         load_records(folders),
@@ -180,6 +184,10 @@ def run_report(
     if fig is not None:
         written += write_figure1(fig, out)
     written += write_profiles(boards, out)
+    if planned is not None:
+        checked = plan_check(planned, records)
+        written.append(write_atomic(out / "plan_check.md", plan_check_markdown(planned, checked)))
+        written.append(write_atomic(out / "plan_check.csv", plan_check_csv(checked)))
     trace = sources(boards, tables, fig, root, comparisons, table2s)
     if lacking is not None:
         trace["figure1"] = {"drawn": False, "why": lacking}
@@ -238,6 +246,7 @@ def _report(cfg) -> None:
         reference=_plain(cfg.get("reference")),
         resolve_points=float(cfg.get("resolve_points", 1.0)),
         bootstrap_resamples=int(cfg.get("bootstrap_resamples", BOOTSTRAP_RESAMPLES)),
+        plan=_plain(cfg.get("plan")),
     ):
         print(f"wrote {path}", flush=True)
 

@@ -10,7 +10,8 @@ in its Hydra job folder, whichever launcher ran it.
 collects the rows when the sweep ends, prints a table (model, task, seed, status,
 test accuracy, steps/s, record), writes it as ``summary.md`` and ``summary.json``
 into the sweep folder, and records the number of failed jobs, which makes
-``lra-train -m`` exit non-zero.
+``lra-train -m`` exit non-zero. After each job a line gives the sweep's progress: jobs ended
+out of the total, device-hours spent and an ETA (:mod:`lra.run.progress`).
 
 A job stopped by a signal saves its checkpoint, writes an ``interrupted`` row and
 ends the whole sweep (the scheduler wants the process gone); rerunning the sweep
@@ -36,6 +37,7 @@ from hydra.experimental.callback import Callback
 
 from lra.atomic import write_atomic
 from lra.errors import LRAError
+from lra.run import progress
 from lra.run.signals import Interrupted, rerun_command
 
 STATUS_FILE = "job_status.json"
@@ -71,6 +73,21 @@ def _row(cfg, status: str, record: dict | None = None, error: str = "") -> dict:
 def _write_row(row: dict) -> None:
     folder = Path(HydraConfig.get().runtime.output_dir)
     write_atomic(folder / STATUS_FILE, json.dumps(row, indent=2) + "\n")
+    sweep_dir = HydraConfig.get().sweep.dir
+    if note := progress.line(sweep_dir, read_rows(Path(sweep_dir))):
+        log.info(note)
+
+
+def read_rows(sweep_dir: Path) -> list[dict]:
+    """The rows the sweep's jobs have written so far, by job number."""
+    rows = {}
+    for path in sweep_dir.glob(f"*/{STATUS_FILE}"):
+        try:
+            row = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # written atomically: only an unreadable disk gets here
+        rows[row["job"]] = row
+    return [rows[job] for job in sorted(rows)]
 
 
 def run_job(cfg, train, summarize) -> dict:
@@ -157,10 +174,7 @@ class SweepSummary(Callback):
     """Prints and stores the table of a multirun's jobs; counts the failed ones."""
 
     def _rows(self, sweep_dir: Path) -> list[dict]:
-        rows = {}
-        for path in sweep_dir.glob(f"*/{STATUS_FILE}"):
-            row = json.loads(path.read_text())
-            rows[row["job"]] = row
+        rows = {row["job"]: row for row in read_rows(sweep_dir)}
         for job, (end, overrides) in cluster_ends.items():
             rows[job] = cluster_end_row(job, end, rows.get(job), overrides)
         return [rows[job] for job in sorted(rows)]
@@ -172,6 +186,7 @@ class SweepSummary(Callback):
         follow_slurm_jobs(config.hydra)  # SLURM: a quiet job watcher that shows the states
         for stale in Path(config.hydra.sweep.dir).glob(f"*/{STATUS_FILE}"):
             stale.unlink()  # rows of an earlier sweep into the same folder
+        progress.start(config.hydra.sweep.dir, list(config.hydra.overrides.task))
 
     def on_multirun_end(self, config, **kwargs) -> None:
         global failed_jobs

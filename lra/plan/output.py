@@ -1,0 +1,135 @@
+"""``plan.json`` and ``plan.md``: a sweep's cells, what each costs, and the totals.
+
+Pure data in, text out (no JAX). The totals: device-hours of every cell with a projection,
+the wall time of the sweep on ``jobs`` parallel runs (devices or SLURM jobs), its seeds'
+runs taken in the sweep's order by whichever worker is free first (as a launcher hands them
+out), and the cells that do not fit. With ``budget_hours`` each cell says whether it fits a
+budget of that many device-hours, the cells taken in the sweep's order.
+"""
+
+import heapq
+import json
+
+PLAN_FIELDS = (
+    "overrides",
+    "seeds",
+    "steps_per_sec",
+    "compiled_memory_bytes",
+    "fits",
+    "projected_seconds",
+    "device_hours",
+)
+
+
+def wall_seconds(cells: list[dict], jobs: int) -> float:
+    """The sweep's wall time on ``jobs`` parallel workers: each cell's runs (one per seed) in
+    the sweep's order, each on the worker that frees up first."""
+    workers = [0.0] * max(1, int(jobs))
+    for cell in cells:
+        if cell["projected_seconds"] is None:
+            continue
+        for _ in cell["seeds"]:
+            heapq.heapreplace(workers, workers[0] + cell["projected_seconds"])
+    return max(workers)
+
+
+def with_budget(cells: list[dict], budget_hours: float | None) -> None:
+    """Mark each cell ``in_budget`` (cumulative device-hours in the sweep's order within the
+    budget); a cell with no projection is never in it."""
+    spent = 0.0
+    for cell in cells:
+        if budget_hours is None:
+            cell["in_budget"] = None
+            continue
+        hours = cell["device_hours"]
+        cell["in_budget"] = hours is not None and spent + hours <= budget_hours
+        if cell["in_budget"]:
+            spent += hours
+
+
+def totals(cells: list[dict], jobs: int, budget_hours: float | None) -> dict:
+    """The plan's top level: device-hours, wall time on ``jobs`` workers, the cells that do not
+    fit or have no projection, and what a budget affords."""
+    with_budget(cells, budget_hours)
+    projected = [c for c in cells if c["device_hours"] is not None]
+    out = {
+        "total_device_hours": sum(c["device_hours"] for c in projected),
+        "runs": sum(len(c["seeds"]) for c in cells),
+        "jobs": int(jobs),
+        "wall_hours": wall_seconds(cells, jobs) / 3600,
+        "not_fitting": [c["name"] for c in cells if not c["fits"]],
+        "not_projected": [c["name"] for c in cells if c["fits"] and c["device_hours"] is None],
+        "budget_hours": budget_hours,
+    }
+    if budget_hours is not None:
+        kept = [c for c in cells if c["in_budget"]]
+        out["in_budget"] = [c["name"] for c in kept]
+        out["budget_device_hours"] = sum(c["device_hours"] for c in kept)
+    return out
+
+
+def _gib(num_bytes) -> str:
+    return "?" if num_bytes is None else f"{num_bytes / 2**30:.2f} GiB"
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_markdown(plan: dict) -> str:
+    """``plan.md``: the table of cells, the totals, and each non-fitting cell's advice."""
+    where = plan["device"]
+    lines = [
+        f"# Plan: {plan['command']}",
+        "",
+        f"Measured on {where['description']} ({where['platform']}, {where['device_count']} "
+        f"device(s)) at {plan['created_at']}, code {plan['code_version']}. Each cell was "
+        "compiled at its run's shapes and settings in a fresh process and timed on synthetic "
+        f"batches ({plan['options']['warmup_steps']} warm-up step(s), then "
+        f"{plan['options']['windows']} window(s) of {plan['options']['steps_per_window']} "
+        "step(s)); seeds are counted, not measured. Projected wall time per run = train steps / "
+        "steps/sec + validation and test passes + compilation + checkpoints "
+        "(lra/plan/project.py); device-hours = that x the run's devices x seeds.",
+        "",
+        "| Cell | Seeds | Train steps/s | Compiled memory / device | Fits | Projected per run "
+        "| Device-hours |" + (" In budget |" if plan["budget_hours"] is not None else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if plan["budget_hours"] is not None else ""),
+    ]
+    for cell in plan["cells"]:
+        rate = "-" if cell["steps_per_sec"] is None else f"{cell['steps_per_sec']:.3g}"
+        hours = "-" if cell["device_hours"] is None else f"{cell['device_hours']:.3g}"
+        row = (
+            f"| {cell['name']} | {len(cell['seeds'])} | {rate} | "
+            f"{_gib(cell['compiled_memory_bytes'])} / {_gib(cell['device_memory_bytes'])} | "
+            f"{'yes' if cell['fits'] else '**no**'} | {_duration(cell['projected_seconds'])} | "
+            f"{hours} |"
+        )
+        if plan["budget_hours"] is not None:
+            row += f" {'yes' if cell['in_budget'] else 'no'} |"
+        lines.append(row)
+    lines += [
+        "",
+        f"Total: {plan['total_device_hours']:.3g} device-hours over {plan['runs']} runs; "
+        f"{_duration(plan['wall_hours'] * 3600)} of wall time on {plan['jobs']} parallel "
+        "job(s) (jobs=N: devices or SLURM jobs).",
+    ]
+    if plan["budget_hours"] is not None:
+        lines.append(
+            f"Budget {plan['budget_hours']:g} device-hours: {len(plan['in_budget'])} of "
+            f"{len(plan['cells'])} cells fit, in the sweep's order "
+            f"({plan['budget_device_hours']:.3g} device-hours)."
+        )
+    if plan["not_fitting"]:
+        lines += ["", f"Cells that do not fit ({len(plan['not_fitting'])}):", ""]
+        lines += [f"- {c['name']}: {c['advice']}" for c in plan["cells"] if not c["fits"]]
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(plan: dict) -> str:
+    return json.dumps(plan, indent=2, sort_keys=False) + "\n"
