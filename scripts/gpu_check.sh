@@ -28,6 +28,11 @@
 #      compare_pytorch.txt/.json
 #                       if time is left and PyTorch imports: scripts/compare_pytorch.py with the
 #                       twin on CUDA (transformer, transnormer_t2, performer at 1024 and 4096)
+#   6c. plan.txt, plan/ lra-plan experiment=figure1 seed=0,1,2 (issue 40): each official cell's
+#                       fit, a timed step and its projected GPU-hours, in the time steps 6 and
+#                       6b leave before step 7 (LRA_GPU_CHECK_PLAN_S, default 120 s, reserved);
+#                       plan.json is rewritten after every cell, so a cut-short plan keeps its
+#                       cells (the dry run: 2 tiny cells)
 #   7. memory_settings.txt
 #                       scripts/memory_settings.py (issue 29): compiled memory of one official
 #                       ListOps train step (XLA's memory analysis, compiles only) under
@@ -106,6 +111,7 @@ if [[ -n $dry_run ]]; then
   memory_remats=none,block  # a loaded CPU: about 20 s a cell even for listops_tiny
   memory_accums=(1)
   memory_s="${LRA_GPU_CHECK_MEMORY_S:-120}"
+  plan_args=(model=transformer,performer task=listops_tiny seed=0,1)
 else
   deadline="${LRA_GPU_CHECK_DEADLINE_S:-540}"
   lengths="[1024,2048,4096]"
@@ -123,7 +129,9 @@ else
   memory_remats=none,block,attention,dots_no_batch
   memory_accums=(1 4)
   memory_s="${LRA_GPU_CHECK_MEMORY_S:-160}"  # H200: 7.5-17.3 s to compile a train step
+  plan_args=(experiment=figure1 seed=0,1,2)
 fi
+plan_s="${LRA_GPU_CHECK_PLAN_S:-120}"  # step 6c's share, left to it by steps 6 and 6b
 memory_models=(transformer transnormer_t2)
 min_step_s=15      # a step with less time left than this is skipped
 min_bench_s=30     # likewise a benchmarked model
@@ -211,6 +219,7 @@ entry() {
 lra_train=("$py" -c "$(entry train)")
 lra_data=("$py" -c "$(entry data)")
 lra_bench=("$py" -c "$(entry bench)")
+lra_plan=("$py" -c 'import sys; sys.argv[0] = "lra-plan"; from lra.plan.main import plan_main; plan_main()')
 
 # ---------------------------------------------------------------- bookkeeping
 step_names=()
@@ -455,7 +464,7 @@ bench_step() {  # bench_step NAME TIMEOUT_S RESULTS_DIR OVERRIDES...
 }
 bench_step bench_transformer_bf16 90 "$out/bench_bf16" model=transformer trainer.precision=bf16 \
   task.arch.attention_dropout=0 "lengths=$bf16_lengths"
-bench_limit=$((deadline - memory_s - SECONDS))  # leaves memory_s to step 7
+bench_limit=$((deadline - memory_s - plan_s - SECONDS))  # leaves plan_s and memory_s
 ((bench_limit > 600)) && bench_limit=600
 if ((bench_limit < min_bench_s)); then
   record bench skipped 0 "past the ${deadline}s deadline less ${memory_s}s" 0
@@ -472,15 +481,38 @@ rm -f "$out/compare_pytorch.txt"
 if ! "$py" -c "import torch" >/dev/null 2>&1; then
   echo "# no PyTorch under $py: not run" >"$out/compare_pytorch.txt"
   record compare_pytorch skipped 0 "no PyTorch" 1
-elif ((deadline - memory_s - SECONDS < min_bench_s)); then
-  record compare_pytorch skipped 0 "past the ${deadline}s deadline less ${memory_s}s" 1
+elif ((deadline - memory_s - plan_s - SECONDS < min_bench_s)); then
+  record compare_pytorch skipped 0 "past the ${deadline}s deadline less ${memory_s}+${plan_s}s" 1
 else
-  compare_limit=$((deadline - memory_s - SECONDS))  # leaves memory_s to step 7
+  compare_limit=$((deadline - memory_s - plan_s - SECONDS))  # leaves plan_s and memory_s
   ((compare_limit > 120)) && compare_limit=120
   run_and_record compare_pytorch "$compare_limit" "$out/compare_pytorch.txt" \
     "$py" scripts/compare_pytorch.py --models "${compare_models}" --lengths "$compare_lengths" \
     "${compare_extra[@]}" --out "$out/compare_pytorch.json"
 fi
+
+# ---------------------------------------------------------------- 6c. the campaign's plan
+# lra-plan (issue 40) of the official Figure-1 campaign on this GPU: each cell compiled at its
+# run's shapes, its fit, a timed step, its projected wall time and GPU-hours. It writes plan.json
+# and plan.md after every cell, so a plan cut short by the timeout keeps the cells it measured
+# (in the sweep's order: every task of the Transformer first).
+rm -rf "$out/plan.txt" "$out/plan"
+plan_limit=$((deadline - memory_s - SECONDS))  # what 6 and 6b left, less step 7's share
+run_step plan "$((plan_limit > min_step_s ? plan_limit : min_step_s))" "$out/plan.txt" \
+  "${lra_plan[@]}" "${plan_args[@]}" "out_dir=$out/plan" "results_dir=$out/plan_runs" \
+  plan.isolate=false plan.windows=1 plan.steps_per_window=2
+planned=$("$py" -c 'import json, sys
+try:
+    p = json.load(open(sys.argv[1]))
+    print("%d of %d cells, %.3g GPU-hours" % (len(p["cells"]), p["cells_planned"], p["total_device_hours"]))
+except Exception:
+    print("no plan.json")' "$out/plan/plan.json" 2>/dev/null)
+case $last_rc in
+  0) record plan 0 "$last_seconds" "ok, $planned" 1 ;;
+  skipped) record plan skipped 0 "past the deadline" 0 ;;
+  124|137) record plan "$last_rc" "$last_seconds" "its time limit reached after $planned" 1 ;;
+  *) record plan "$last_rc" "$last_seconds" "failed after $planned" 0 ;;
+esac
 
 # ---------------------------------------------------------------- 7. memory settings
 # What trainer.grad_accum and trainer.remat save on this device (issue 29): per model one

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import SMALL_DATA, SMALL_RUN, train_small
 
+from lra.config.sweep import group_cells, sweep_jobs
 from lra.errors import ConfigError
 from lra.plan import main as plan_main
-from lra.plan.cells import group_cells, sweep_jobs
 from lra.plan.output import PLAN_FIELDS, totals, wall_seconds
 from lra.plan.split_sizes import SPLIT_SIZES
 
@@ -63,6 +63,7 @@ def test_a_2x2_sweep_with_two_seeds_plans_4_cells_without_opening_data(tmp_path,
         f"data_dir={missing}",
     )
     assert not missing.exists()
+    assert plan["complete"] is True and plan["cells_planned"] == 4
     cells = plan["cells"]
     assert len(cells) == 4 and all(cell["seeds"] == [0, 1] for cell in cells)
     assert [(c["model"], c["task"]) for c in cells] == [
@@ -204,3 +205,54 @@ def test_lra_plan_command_line(tmp_path):
     )
     assert done.returncode == 2 and done.stderr.strip() == "error: jobs=0: jobs must be above 0"
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_device_names_a_tpu_topology_and_libtpu_is_an_extra():
+    import importlib.util
+
+    from lra.plan.tpu import CHIPS, parse_device, roofline_seconds, tpu_devices
+
+    assert parse_device("tpu:v5e:2x2") == ("v5e", "v5e:2x2")
+    assert parse_device("tpu:v4:2x2x1") == ("v4", "v4:2x2x1")
+    for bad in ("gpu:h100", "tpu:v9:2x2", "tpu:v5e"):
+        with pytest.raises(ConfigError, match="device=tpu:<generation>:<topology>"):
+            parse_device(bad)
+    # The roofline: the slower of compute and HBM traffic, per device (a v4 chip is 2 devices).
+    v5e = CHIPS["v5e"]
+    assert roofline_seconds(197e12, 0.0, v5e, 1) == pytest.approx(1.0)
+    assert roofline_seconds(1.0, 819e9, v5e, 1) == pytest.approx(1.0)
+    assert roofline_seconds(275e12, 0.0, CHIPS["v4"], 2) == pytest.approx(2.0)
+    if importlib.util.find_spec("libtpu") is None:  # the development install: no libtpu
+        with pytest.raises(ConfigError, match=r"pip install 'lra-harness\[tpu-aot\]'"):
+            tpu_devices("v5e:2x2")
+
+
+def test_a_plan_cut_short_keeps_the_cells_it_measured(tmp_path, monkeypatch):
+    measured = []
+
+    def plan_cell(cell, options):  # the first cell measured, the second one never ends
+        if measured:
+            raise KeyboardInterrupt
+        measured.append(cell.name)
+        stage = {"stage": "train", "device": "cpu", "platform": "cpu", "device_count": 1}
+        return {
+            "name": cell.name,
+            "overrides": cell.overrides,
+            "seeds": cell.seeds,
+            "steps_per_sec": 10.0,
+            "compiled_memory_bytes": 2**20,
+            "device_memory_bytes": 2**30,
+            "fits": True,
+            "projected_seconds": 36.0,
+            "device_hours": 0.01 * len(cell.seeds),
+            "stages": [stage],
+        }
+
+    monkeypatch.setattr(plan_main, "plan_cell", plan_cell)
+    with pytest.raises(KeyboardInterrupt):
+        plan_main.make_plan(["model=transformer,cosformer", "seed=0,1", f"out_dir={tmp_path}"])
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["complete"] is False and plan["cells_planned"] == 2
+    assert [c["name"] for c in plan["cells"]] == ["model=transformer"]
+    assert plan["total_device_hours"] == pytest.approx(0.02)
+    assert "**Incomplete: 1 of 2 cells planned**" in (tmp_path / "plan.md").read_text()

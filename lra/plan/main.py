@@ -1,7 +1,7 @@
 """``lra-plan``: what a sweep will cost, cell by cell, before it starts (issue 40).
 
 ``lra-plan <the overrides of lra-train -m>`` expands the sweep as Hydra's basic sweeper would
-(:mod:`lra.plan.cells`), measures each distinct cell once in a fresh process
+(:mod:`lra.config.sweep`), measures each distinct cell once in a fresh process
 (:mod:`lra.plan.measure`: compile at the run's shapes, the pre-flight's fit check, timed steps on
 synthetic batches, one timed checkpoint; no data file is opened), projects each run's wall time
 (:mod:`lra.plan.project`) and writes ``plan.json`` and ``plan.md`` into ``out_dir``
@@ -16,6 +16,10 @@ The plan's own options (everything else is a sweep override):
 - ``memory_gb=<GB>``: the device memory every cell's fit is judged against (default: what the
   device has, as the pre-flight reads it; on a CPU the available RAM);
 - ``plan.warmup_steps``, ``plan.windows``, ``plan.steps_per_window``: the timing (default 1, 2, 2);
+- ``device=tpu:<generation>:<topology>`` (e.g. ``tpu:v5e:2x2``, ``tpu:v4:2x2x1``,
+  ``tpu:v6e:2x2``): compile each cell for that TPU slice from this host instead of measuring
+  here (the ``tpu-aot`` extra; per-device memory and fit, and roofline ESTIMATES of the
+  speed: :mod:`lra.plan.tpu`);
 - ``plan.isolate=false``: measure in this process (the tests; a cell's memory statistics and
   compile cache then carry over to the next).
 """
@@ -29,8 +33,8 @@ from omegaconf import OmegaConf
 
 from lra.atomic import write_atomic
 from lra.config.identity import result_hash, run_key
+from lra.config.sweep import group_cells, sweep_jobs
 from lra.errors import ConfigError
-from lra.plan.cells import group_cells, sweep_jobs
 from lra.plan.output import plan_json, plan_markdown, totals
 from lra.plan.project import add_stages, project_stage
 from lra.run.exit_status import report_errors
@@ -47,6 +51,7 @@ OPTIONS = {
     "plan.windows": (int, 2),
     "plan.steps_per_window": (int, 2),
     "plan.isolate": (bool, True),
+    "device": (str, None),
 }
 
 
@@ -97,13 +102,17 @@ def _stages(cfg) -> list[tuple[str, object]]:
 
 def plan_cell(cell, options: dict) -> dict:
     """Measure and project one cell; the entry of ``plan.json``'s ``cells``."""
-    from lra.plan.measure import measure_isolated, measure_stage
+    from lra.plan import measure, tpu
 
-    timing = {
-        "warmup_steps": options["plan.warmup_steps"],
-        "windows": options["plan.windows"],
-        "steps_per_window": options["plan.steps_per_window"],
-    }
+    if options["device"] is not None:
+        target, timing = tpu.measure_stage, {"device": options["device"]}
+    else:
+        target = measure.measure_stage
+        timing = {
+            "warmup_steps": options["plan.warmup_steps"],
+            "windows": options["plan.windows"],
+            "steps_per_window": options["plan.steps_per_window"],
+        }
     cfg = _cell_config(cell)
     stages, projections = [], []
     stage_list = _stages(cfg)
@@ -111,7 +120,10 @@ def plan_cell(cell, options: dict) -> dict:
         config = OmegaConf.to_container(stage_cfg, resolve=True)
         if options["memory_gb"] is not None:
             config["trainer"]["memory_limit_gb"] = options["memory_gb"]
-        measured = (measure_isolated if options["plan.isolate"] else measure_stage)(config, timing)
+        if options["plan.isolate"]:
+            measured = measure.measure_isolated(config, timing, target)
+        else:
+            measured = target(config, timing)
         projected = project_stage(stage_cfg, measured, pretraining=name == "pretrain")
         setting = result_hash(config)  # the records' ``setting``: lra-report matches on it
         stages.append({"stage": name, "setting": setting, **measured, "projected": projected})
@@ -164,26 +176,49 @@ def make_plan(argv: list[str]) -> dict:
     from lra.record import store
 
     options, overrides = split_arguments(argv)
+    if options["device"] is not None:
+        from lra.plan.tpu import parse_device
+
+        parse_device(options["device"])  # a bad device= fails before any cell is measured
     out_dir = Path(options["out_dir"])
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"out_dir={out_dir} is a file; name a folder for plan.json and plan.md")
     cells = group_cells(sweep_jobs(overrides))
+    out_dir.mkdir(parents=True, exist_ok=True)
     created, start = store.utc_now(), time.perf_counter()
+    code = store.code_version()
     entries = []
     for index, cell in enumerate(cells, 1):
         entries.append(plan_cell(cell, options))
         print(_cell_line(index, len(cells), entries[-1]), flush=True)
+        # After every cell: a plan cut short (a lease's time limit) keeps what it measured.
+        plan = _plan(argv, options, entries, len(cells), created, code, start)
+        write_atomic(out_dir / "plan.json", plan_json(plan))
+        write_atomic(out_dir / "plan.md", plan_markdown(plan))
+    print(
+        f"{plan['total_device_hours']:.3g} device-hours, {len(plan['not_fitting'])} cell(s) do "
+        f"not fit; wrote {out_dir / 'plan.md'} and {out_dir / 'plan.json'}",
+        flush=True,
+    )
+    return plan
+
+
+def _plan(argv, options, entries, count, created, code, start) -> dict:
+    """The plan's data after ``entries`` of ``count`` cells (``complete`` once all are in)."""
     first = entries[0]["stages"][0]
-    plan = {
+    return {
         "command": " ".join(["lra-plan", *argv]),
         "created_at": created,
-        "code_version": store.code_version(),
+        "code_version": code,
         "plan_seconds": time.perf_counter() - start,
+        "complete": len(entries) == count,
+        "cells_planned": count,
         "device": {
             "description": first.get("device"),
             "platform": first.get("platform"),
             "device_count": first.get("device_count"),
             "jax_version": first.get("jax_version"),
+            "estimate": first.get("estimate"),
         },
         "options": {
             "warmup_steps": options["plan.warmup_steps"],
@@ -191,19 +226,11 @@ def make_plan(argv: list[str]) -> dict:
             "steps_per_window": options["plan.steps_per_window"],
             "memory_gb": options["memory_gb"],
             "isolate": options["plan.isolate"],
+            "device": options["device"],
         },
         **totals(entries, options["jobs"], options["budget_hours"]),
         "cells": entries,
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "plan.json", plan_json(plan))
-    write_atomic(out_dir / "plan.md", plan_markdown(plan))
-    print(
-        f"{plan['total_device_hours']:.3g} device-hours, {len(plan['not_fitting'])} cell(s) do "
-        f"not fit; wrote {out_dir / 'plan.md'} and {out_dir / 'plan.json'}",
-        flush=True,
-    )
-    return plan
 
 
 def plan_main() -> None:

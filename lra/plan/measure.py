@@ -102,13 +102,14 @@ def measure_stage(config: dict, options: dict) -> dict:
     return out
 
 
-def measure_isolated(config: dict, options: dict) -> dict:
-    """:func:`measure_stage` in a fresh spawned process; a process that dies (the host's
-    out-of-memory killer) is a cell that does not fit, with the reason."""
+def measure_isolated(config: dict, options: dict, target=measure_stage) -> dict:
+    """``target(config, options)`` (:func:`measure_stage`, or :func:`lra.plan.tpu.measure_stage`)
+    in a fresh spawned process; a process that dies (the host's out-of-memory killer) is a
+    cell that does not fit, with the reason."""
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
         try:
-            return pool.submit(measure_stage, config, options).result()
+            return pool.submit(target, config, options).result()
         except BrokenProcessPool as err:
             return {
                 "fits": False,

@@ -85,21 +85,39 @@ def _duration(seconds) -> str:
 def plan_markdown(plan: dict) -> str:
     """``plan.md``: the table of cells, the totals, and each non-fitting cell's advice."""
     where = plan["device"]
+    estimate = where.get("estimate") == "roofline"
+    if estimate:
+        how = (
+            f"Compiled on this host for {plan['options']['device']} ({where['description']}, "
+            f"{where['device_count']} devices; no TPU ran) at {plan['created_at']}, code "
+            f"{plan['code_version']}. Memory: XLA's memory analysis of the TPU program per "
+            "device, against the device's HBM. Speeds are ESTIMATES, not measurements: a "
+            "roofline, max(FLOPs / peak bf16 FLOP/s, bytes accessed / HBM bandwidth) per device "
+            "from the compiled step's cost analysis and the chip's published figures "
+            "(lra/plan/tpu_chips.yaml); checkpoints are not estimated."
+        )
+    else:
+        how = (
+            f"Measured on {where['description']} ({where['platform']}, "
+            f"{where['device_count']} device(s)) at {plan['created_at']}, code "
+            f"{plan['code_version']}. Each cell was compiled at its run's shapes and settings in "
+            "a fresh process and timed on synthetic batches "
+            f"({plan['options']['warmup_steps']} warm-up step(s), then "
+            f"{plan['options']['windows']} window(s) of {plan['options']['steps_per_window']} "
+            "step(s))."
+        )
+    budget = plan["budget_hours"] is not None
     lines = [
         f"# Plan: {plan['command']}",
         "",
-        f"Measured on {where['description']} ({where['platform']}, {where['device_count']} "
-        f"device(s)) at {plan['created_at']}, code {plan['code_version']}. Each cell was "
-        "compiled at its run's shapes and settings in a fresh process and timed on synthetic "
-        f"batches ({plan['options']['warmup_steps']} warm-up step(s), then "
-        f"{plan['options']['windows']} window(s) of {plan['options']['steps_per_window']} "
-        "step(s)); seeds are counted, not measured. Projected wall time per run = train steps / "
+        how + " Seeds are counted, not measured. Projected wall time per run = train steps / "
         "steps/sec + validation and test passes + compilation + checkpoints "
-        "(lra/plan/project.py); device-hours = that x the run's devices x seeds.",
+        "(lra/plan/project.py); device-hours = that x the run's devices x seeds"
+        + (" (ESTIMATES)." if estimate else "."),
         "",
-        "| Cell | Seeds | Train steps/s | Compiled memory / device | Fits | Projected per run "
-        "| Device-hours |" + (" In budget |" if plan["budget_hours"] is not None else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if plan["budget_hours"] is not None else ""),
+        f"| Cell | Seeds | Train steps/s{' (estimate)' if estimate else ''} | Compiled memory / "
+        "device | Fits | Projected per run | Device-hours |" + (" In budget |" if budget else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if budget else ""),
     ]
     for cell in plan["cells"]:
         rate = "-" if cell["steps_per_sec"] is None else f"{cell['steps_per_sec']:.3g}"
@@ -110,9 +128,15 @@ def plan_markdown(plan: dict) -> str:
             f"{'yes' if cell['fits'] else '**no**'} | {_duration(cell['projected_seconds'])} | "
             f"{hours} |"
         )
-        if plan["budget_hours"] is not None:
+        if budget:
             row += f" {'yes' if cell['in_budget'] else 'no'} |"
         lines.append(row)
+    if not plan.get("complete", True):
+        lines += [
+            "",
+            f"**Incomplete: {len(plan['cells'])} of {plan['cells_planned']} cells planned** "
+            "(the command stopped before the rest); the totals cover these cells only.",
+        ]
     lines += [
         "",
         f"Total: {plan['total_device_hours']:.3g} device-hours over {plan['runs']} runs; "

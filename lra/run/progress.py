@@ -1,7 +1,7 @@
 """A sweep's progress: jobs done out of the total, device-hours spent, and an ETA.
 
 When ``lra-train -m`` starts, :func:`start` writes ``progress.json`` into the sweep folder: the
-number of jobs (the sweep expanded as Hydra's basic sweeper does, :mod:`lra.plan.cells`) and the
+number of jobs (the sweep expanded as Hydra's basic sweeper does, :mod:`lra.config.sweep`) and the
 start time. After each job, :func:`line` reads the rows the jobs have written
 (``job_status.json``, :mod:`lra.run.sweep`) and gives one line::
 
@@ -25,7 +25,7 @@ PROGRESS_FILE = "progress.json"
 def start(sweep_dir: str | Path, overrides: list[str]) -> None:
     """Write the sweep's job count and start time (an expansion that fails writes nothing:
     the jobs then report their rows without a total)."""
-    from lra.plan.cells import sweep_jobs
+    from lra.config.sweep import sweep_jobs
 
     try:
         total = len(sweep_jobs(list(overrides)))

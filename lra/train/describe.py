@@ -6,9 +6,8 @@ take on this backend). Training and benchmark records carry them
 (:mod:`lra.train.fields`).
 """
 
-import jax
-
 import lra.models
+from lra.models.platform import target_platform
 from lra.train.model import model_kwargs
 from lra.train.steps import PRECISIONS
 
@@ -43,7 +42,7 @@ def softmax_implementations(cfg) -> dict | None:
     def chosen(dropout_active: bool) -> str:
         return choose_implementation(
             options.get("implementation", "auto"),
-            platform=jax.default_backend(),
+            platform=target_platform(),
             dtype=PRECISIONS[cfg.trainer.precision],
             head_dim=int(qkv_dim) // int(kwargs["num_heads"]),
             dropout_active=dropout_active,

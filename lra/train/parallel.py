@@ -90,6 +90,9 @@ class Topology:
 
     mesh: Mesh
     global_batch: int
+    # A mesh of devices this host cannot run on (a TPU topology compiled for from a CPU host,
+    # lra.plan.tpu): arrays are placed as shapes only, for ahead-of-time compilation.
+    deviceless: bool = False
 
     @property
     def num_devices(self) -> int:
@@ -141,7 +144,12 @@ class Topology:
         return jax.tree.map(to_global, local_batch)
 
     def replicate(self, tree):
-        """``tree`` placed whole on every device of the mesh."""
+        """``tree`` placed whole on every device of the mesh (a deviceless mesh: its shapes and
+        dtypes, with the replicated sharding)."""
+        if self.deviceless:
+            return jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.replicated), tree
+            )
         if self.num_processes == 1:
             return jax.device_put(tree, self.replicated)
 
@@ -213,13 +221,15 @@ def _mesh_size(mesh_cfg, available: int) -> int:
     return size
 
 
-def make_topology(mesh_cfg, global_batch: int, grad_accum: int = 1) -> Topology:
+def make_topology(mesh_cfg, global_batch: int, grad_accum: int = 1, devices=None) -> Topology:
     """The data-parallel mesh of ``trainer.mesh`` for a global batch of ``global_batch``.
 
     The batch must split evenly over the devices, and each device's share over
-    ``grad_accum`` micro-batches.
+    ``grad_accum`` micro-batches. ``devices``: a deviceless topology's (compiled for, never
+    run on; :attr:`Topology.deviceless`) instead of this host's.
     """
-    size = _mesh_size(mesh_cfg, jax.device_count())
+    available = jax.device_count() if devices is None else len(devices)
+    size = _mesh_size(mesh_cfg, available)
     global_batch, grad_accum = int(global_batch), int(grad_accum)
     unit = size * grad_accum
     if global_batch % unit:
@@ -233,5 +243,6 @@ def make_topology(mesh_cfg, global_batch: int, grad_accum: int = 1) -> Topology:
             f"trainer.batch_size={global_batch} does not split evenly over {parts}; use a "
             f"multiple of {unit} (e.g. {lower} or {lower + unit})"
         )
-    devices = np.asarray(jax.devices()[:size])
-    return Topology(Mesh(devices, (DATA_AXIS,)), global_batch)
+    if devices is not None:
+        return Topology(Mesh(np.asarray(devices[:size]), (DATA_AXIS,)), global_batch, True)
+    return Topology(Mesh(np.asarray(jax.devices()[:size]), (DATA_AXIS,)), global_batch)

@@ -44,6 +44,7 @@ from flax import nnx
 
 from lra.models.attention.chunked_softmax import DEFAULT_BLOCK, query_chunked_attention
 from lra.models.attention.common import MultiHeadAttention, causal_keep, check_int, mask_logits
+from lra.models.platform import target_platform
 from lra.models.registry import register
 
 __all__ = ["CHUNKED_MIN_LENGTH", "IMPLEMENTATIONS", "SoftmaxAttention", "choose_implementation"]
@@ -123,7 +124,7 @@ class SoftmaxAttention(MultiHeadAttention):
         """The path a call in ``dtype`` takes on this backend (:func:`choose_implementation`)."""
         return choose_implementation(
             self.implementation,
-            platform=jax.default_backend(),
+            platform=target_platform(),
             dtype=dtype,
             head_dim=self.head_dim,
             dropout_active=dropout_active,
