@@ -256,3 +256,29 @@ def test_a_plan_cut_short_keeps_the_cells_it_measured(tmp_path, monkeypatch):
     assert [c["name"] for c in plan["cells"]] == ["model=transformer"]
     assert plan["total_device_hours"] == pytest.approx(0.02)
     assert "**Incomplete: 1 of 2 cells planned**" in (tmp_path / "plan.md").read_text()
+
+
+def _dies_by(config, options):  # a measurement whose process dies by options["signal"]
+    import os
+    import signal
+
+    os.kill(os.getpid(), getattr(signal, options["signal"]))
+
+
+def _refuses(config, options):
+    raise ConfigError("a user error inside the measuring process")
+
+
+def test_a_measuring_process_that_dies_is_reported_as_what_killed_it():
+    from lra.plan.measure import measure_isolated
+
+    crashed = measure_isolated({}, {"signal": "SIGSEGV"}, _dies_by)
+    assert crashed["crashed"] is True and crashed["exitcode"] == -11 and not crashed["fits"]
+    assert crashed["advice"].startswith("the measuring process crashed (SIGSEGV, twice)")
+    killed = measure_isolated({}, {"signal": "SIGKILL"}, _dies_by)
+    assert killed["crashed"] is False and "out of memory" in killed["advice"]
+    with pytest.raises(ConfigError, match="a user error inside"):
+        measure_isolated({}, {}, _refuses)
+    entry = {"name": "a", "seeds": [0], **crashed, "device_hours": None, "projected_seconds": None}
+    plan = totals([entry], 1, None)
+    assert plan["crashed"] == ["a"] and plan["not_fitting"] == []

@@ -149,6 +149,7 @@ def plan_cell(cell, options: dict) -> dict:
         or None,
         "device_memory_bytes": last.get("device_memory_bytes"),
         "fits": all(s.get("fits") for s in stages),
+        "crashed": any(s.get("crashed") for s in stages),
         "advice": next((s["advice"] for s in stages if not s.get("fits")), None),
         "projected_seconds": seconds,
         "projected_parts": projected,

@@ -22,11 +22,10 @@ memory statistics and an out-of-memory crash belong to that cell alone, as ``lra
 No data file is opened: the batches are random tokens of the task's vocabulary.
 """
 
-import concurrent.futures
 import multiprocessing
+import signal
 import tempfile
 import time
-from concurrent.futures.process import BrokenProcessPool
 
 import jax
 from omegaconf import OmegaConf
@@ -102,17 +101,63 @@ def measure_stage(config: dict, options: dict) -> dict:
     return out
 
 
+def _child(target, config: dict, options: dict, conn) -> None:
+    try:
+        conn.send(("ok", target(config, options)))
+    except BaseException as err:  # noqa: BLE001 - handed to the parent, which raises it
+        conn.send(("error", err))
+    finally:
+        conn.close()
+
+
+def _died(exitcode: int | None) -> str:
+    """Why a measuring process ended without an answer, from its exit code."""
+    if exitcode is not None and exitcode < 0:
+        number = -exitcode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        if number == signal.SIGKILL:
+            return (
+                f"the measuring process was killed ({name}): most likely the host ran out of "
+                "memory; lower the memory with trainer.grad_accum=2 (or more)"
+            )
+        return (
+            f"the measuring process crashed ({name}, twice): a fault in the compiler or the "
+            "runtime, not a verdict on the memory; its output above has the stack trace"
+        )
+    return f"the measuring process ended with exit status {exitcode} and no answer"
+
+
 def measure_isolated(config: dict, options: dict, target=measure_stage) -> dict:
     """``target(config, options)`` (:func:`measure_stage`, or :func:`lra.plan.tpu.measure_stage`)
-    in a fresh spawned process; a process that dies (the host's out-of-memory killer) is a
-    cell that does not fit, with the reason."""
+    in a fresh spawned process. A process killed by the host (SIGKILL: its out-of-memory killer)
+    is a cell that does not fit; one that crashes (e.g. SIGSEGV in a compiler) is tried once
+    more, then reported as a crash, never as a fit verdict (``fits`` False with the reason, and
+    ``crashed`` True)."""
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+    for _ in range(2):
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_child, args=(target, config, options, send))
+        child.start()
+        send.close()
         try:
-            return pool.submit(target, config, options).result()
-        except BrokenProcessPool as err:
-            return {
-                "fits": False,
-                "advice": f"the measuring process died ({err}): most likely the host ran out of "
-                "memory; lower the memory with trainer.grad_accum=2 (or more)",
-            }
+            status, value = receive.recv()
+        except EOFError:  # it died before answering
+            child.join()
+            if child.exitcode == -signal.SIGKILL:
+                break
+            continue
+        finally:
+            receive.close()
+        child.join()
+        if status == "error":
+            raise value
+        return value
+    return {
+        "fits": False,
+        "crashed": child.exitcode != -signal.SIGKILL,
+        "exitcode": child.exitcode,
+        "advice": _died(child.exitcode),
+    }

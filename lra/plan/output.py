@@ -57,7 +57,8 @@ def totals(cells: list[dict], jobs: int, budget_hours: float | None) -> dict:
         "runs": sum(len(c["seeds"]) for c in cells),
         "jobs": int(jobs),
         "wall_hours": wall_seconds(cells, jobs) / 3600,
-        "not_fitting": [c["name"] for c in cells if not c["fits"]],
+        "not_fitting": [c["name"] for c in cells if not c["fits"] and not c.get("crashed")],
+        "crashed": [c["name"] for c in cells if c.get("crashed")],
         "not_projected": [c["name"] for c in cells if c["fits"] and c["device_hours"] is None],
         "budget_hours": budget_hours,
     }
@@ -80,6 +81,12 @@ def _duration(seconds) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def _fit(cell: dict) -> str:
+    if cell.get("crashed"):
+        return "crashed"
+    return "yes" if cell["fits"] else "**no**"
 
 
 def plan_markdown(plan: dict) -> str:
@@ -125,7 +132,7 @@ def plan_markdown(plan: dict) -> str:
         row = (
             f"| {cell['name']} | {len(cell['seeds'])} | {rate} | "
             f"{_gib(cell['compiled_memory_bytes'])} / {_gib(cell['device_memory_bytes'])} | "
-            f"{'yes' if cell['fits'] else '**no**'} | {_duration(cell['projected_seconds'])} | "
+            f"{_fit(cell)} | {_duration(cell['projected_seconds'])} | "
             f"{hours} |"
         )
         if budget:
@@ -151,7 +158,15 @@ def plan_markdown(plan: dict) -> str:
         )
     if plan["not_fitting"]:
         lines += ["", f"Cells that do not fit ({len(plan['not_fitting'])}):", ""]
-        lines += [f"- {c['name']}: {c['advice']}" for c in plan["cells"] if not c["fits"]]
+        lines += [
+            f"- {c['name']}: {c['advice']}"
+            for c in plan["cells"]
+            if not c["fits"] and not c.get("crashed")
+        ]
+    if plan.get("crashed"):
+        count = len(plan["crashed"])
+        lines += ["", f"Cells not measured, their measuring process crashed ({count}):", ""]
+        lines += [f"- {c['name']}: {c['advice']}" for c in plan["cells"] if c.get("crashed")]
     return "\n".join(lines) + "\n"
 
 
