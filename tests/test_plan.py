@@ -227,11 +227,13 @@ def test_device_names_a_tpu_topology_and_libtpu_is_an_extra():
             tpu_devices("v5e:2x2")
 
 
-def test_a_plan_cut_short_keeps_the_cells_it_measured(tmp_path, monkeypatch):
-    measured = []
+def test_a_plan_cut_short_keeps_the_cells_it_measured_and_resumes(tmp_path, monkeypatch):
+    from lra.record import store
+
+    measured, interrupt = [], [True]
 
     def plan_cell(cell, options):  # the first cell measured, the second one never ends
-        if measured:
+        if measured and interrupt[0]:
             raise KeyboardInterrupt
         measured.append(cell.name)
         stage = {"stage": "train", "device": "cpu", "platform": "cpu", "device_count": 1}
@@ -249,13 +251,31 @@ def test_a_plan_cut_short_keeps_the_cells_it_measured(tmp_path, monkeypatch):
         }
 
     monkeypatch.setattr(plan_main, "plan_cell", plan_cell)
+    monkeypatch.setattr(store, "code_version", lambda: "v1")
+    sweep = ["model=transformer,cosformer", f"out_dir={tmp_path}"]
     with pytest.raises(KeyboardInterrupt):
-        plan_main.make_plan(["model=transformer,cosformer", "seed=0,1", f"out_dir={tmp_path}"])
+        plan_main.make_plan([*sweep, "seed=0,1"])
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["complete"] is False and plan["cells_planned"] == 2
     assert [c["name"] for c in plan["cells"]] == ["model=transformer"]
     assert plan["total_device_hours"] == pytest.approx(0.02)
     assert "**Incomplete: 1 of 2 cells planned**" in (tmp_path / "plan.md").read_text()
+
+    # The rerun (three seeds now) measures only the cell the first one did not reach.
+    interrupt[0] = False
+    plan = plan_main.make_plan([*sweep, "seed=0,1,2"])
+    assert measured == ["model=transformer", "model=cosformer"]
+    assert plan["complete"] is True
+    first, second = plan["cells"]
+    assert first["reused"] is True and first["seeds"] == [0, 1, 2]
+    assert first["device_hours"] == pytest.approx(36.0 * 3 / 3600)
+    assert "reused" not in second
+    # Another code version, other timing options, or plan.resume=false: all measured again.
+    for argv, version in [([], "v2"), (["plan.resume=false"], "v2"), (["plan.windows=3"], "v2")]:
+        monkeypatch.setattr(store, "code_version", lambda v=version: v)
+        measured.clear()
+        plan_main.make_plan([*sweep, "seed=0", *argv])
+        assert measured == ["model=transformer", "model=cosformer"], argv
 
 
 def _dies_by(config, options):  # a measurement whose process dies by options["signal"]
@@ -282,3 +302,26 @@ def test_a_measuring_process_that_dies_is_reported_as_what_killed_it():
     entry = {"name": "a", "seeds": [0], **crashed, "device_hours": None, "projected_seconds": None}
     plan = totals([entry], 1, None)
     assert plan["crashed"] == ["a"] and plan["not_fitting"] == []
+
+
+def test_a_plan_whose_first_cell_crashed_still_names_its_device():
+    crashed = {
+        "name": "a",
+        "seeds": [0],
+        "fits": False,
+        "crashed": True,
+        "projected_seconds": None,
+        "device_hours": None,
+        "stages": [{}],
+    }
+    fits = {
+        "name": "b",
+        "seeds": [0],
+        "fits": True,
+        "projected_seconds": 60.0,
+        "device_hours": 1 / 60,
+        "stages": [{"device": "TPU v5 lite", "platform": "tpu", "device_count": 4}],
+    }
+    options, _ = plan_main.split_arguments([])
+    plan = plan_main._plan([], options, [crashed, fits], 2, "now", "v1", 0.0)
+    assert plan["device"]["description"] == "TPU v5 lite" and plan["device"]["device_count"] == 4

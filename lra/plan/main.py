@@ -21,9 +21,14 @@ The plan's own options (everything else is a sweep override):
   here (the ``tpu-aot`` extra; per-device memory and fit, and roofline ESTIMATES of the
   speed: :mod:`lra.plan.tpu`);
 - ``plan.isolate=false``: measure in this process (the tests; a cell's memory statistics and
-  compile cache then carry over to the next).
+  compile cache then carry over to the next);
+- ``plan.resume=false``: measure every cell again. By default a ``plan.json`` already in
+  ``out_dir`` (a plan cut short, or one of another sweep) lends the cells it measured at the
+  same code version, device and timing options; only crashed cells are measured again, and
+  a reused cell takes this sweep's seeds.
 """
 
+import json
 import logging
 import sys
 import time
@@ -51,6 +56,7 @@ OPTIONS = {
     "plan.windows": (int, 2),
     "plan.steps_per_window": (int, 2),
     "plan.isolate": (bool, True),
+    "plan.resume": (bool, True),
     "device": (str, None),
 }
 
@@ -159,8 +165,51 @@ def plan_cell(cell, options: dict) -> dict:
     }
 
 
+def _measured_options(options: dict) -> dict:
+    """The options a cell's measurement depends on (``plan.json``'s ``options``)."""
+    return {
+        "warmup_steps": options["plan.warmup_steps"],
+        "windows": options["plan.windows"],
+        "steps_per_window": options["plan.steps_per_window"],
+        "memory_gb": options["memory_gb"],
+        "isolate": options["plan.isolate"],
+        "device": options["device"],
+    }
+
+
+def earlier_cells(out_dir: Path, code: str, options: dict) -> dict[tuple, dict]:
+    """The cells an earlier ``plan.json`` in ``out_dir`` measured that this plan may reuse.
+
+    Keyed by the cell's overrides. Only a plan of the same code version (not ``-dirty``: a
+    modified checkout is not one version), device and timing options lends its cells, and
+    a crashed cell is never lent (it is measured again).
+    """
+    path = out_dir / "plan.json"
+    if not options["plan.resume"] or not path.is_file() or code.endswith("-dirty"):
+        return {}
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # unreadable: this plan measures every cell and replaces it
+    same = earlier.get("code_version") == code and {
+        k: v for k, v in earlier.get("options", {}).items() if k != "isolate"
+    } == {k: v for k, v in _measured_options(options).items() if k != "isolate"}
+    if not same:
+        return {}
+    return {tuple(c["overrides"]): c for c in earlier.get("cells", []) if not c.get("crashed")}
+
+
+def with_seeds(entry: dict, seeds: list) -> dict:
+    """A measured cell lent to a sweep with other seeds: its device-hours recounted."""
+    seconds, devices = entry.get("projected_seconds"), entry.get("devices_per_run") or 1
+    hours = None if seconds is None else seconds * devices * len(seeds) / 3600
+    return {**entry, "seeds": list(seeds), "device_hours": hours, "reused": True}
+
+
 def _cell_line(index: int, count: int, entry: dict) -> str:
     head = f"[{index}/{count}] {entry['name']} (seeds {len(entry['seeds'])})"
+    if entry.get("reused"):
+        head += " (measured by the earlier plan)"
     if not entry["fits"]:
         return f"{head}: DOES NOT FIT: {entry['advice']}"
     if entry["projected_seconds"] is None:
@@ -188,9 +237,11 @@ def make_plan(argv: list[str]) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     created, start = store.utc_now(), time.perf_counter()
     code = store.code_version()
+    earlier = earlier_cells(out_dir, code, options)
     entries = []
     for index, cell in enumerate(cells, 1):
-        entries.append(plan_cell(cell, options))
+        lent = earlier.get(tuple(cell.overrides))
+        entries.append(plan_cell(cell, options) if lent is None else with_seeds(lent, cell.seeds))
         print(_cell_line(index, len(cells), entries[-1]), flush=True)
         # After every cell: a plan cut short (a lease's time limit) keeps what it measured.
         plan = _plan(argv, options, entries, len(cells), created, code, start)
@@ -206,7 +257,9 @@ def make_plan(argv: list[str]) -> dict:
 
 def _plan(argv, options, entries, count, created, code, start) -> dict:
     """The plan's data after ``entries`` of ``count`` cells (``complete`` once all are in)."""
-    first = entries[0]["stages"][0]
+    # The device as the first stage that reached it names it (a crashed cell names none).
+    stages = [s for e in entries for s in e["stages"]]
+    first = next((s for s in stages if s.get("platform")), stages[0])
     return {
         "command": " ".join(["lra-plan", *argv]),
         "created_at": created,
@@ -221,14 +274,7 @@ def _plan(argv, options, entries, count, created, code, start) -> dict:
             "jax_version": first.get("jax_version"),
             "estimate": first.get("estimate"),
         },
-        "options": {
-            "warmup_steps": options["plan.warmup_steps"],
-            "windows": options["plan.windows"],
-            "steps_per_window": options["plan.steps_per_window"],
-            "memory_gb": options["memory_gb"],
-            "isolate": options["plan.isolate"],
-            "device": options["device"],
-        },
+        "options": _measured_options(options),
         **totals(entries, options["jobs"], options["budget_hours"]),
         "cells": entries,
     }
