@@ -47,14 +47,25 @@ def _rate(value) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
+def _accuracy_line(record: dict) -> str:
+    selected = (
+        f"val {record['val_accuracy']:.4f} at step {record['selected_step']}, "
+        f"selection={record['selection']}"
+    )
+    if record.get("test_accuracy") is None:  # trainer.evaluate_test=false: validation only
+        return f"  val accuracy    {record['val_accuracy']:.4f}  ({selected}; no test pass)"
+    return (
+        f"  test accuracy   {record['test_accuracy']:.4f}  "
+        f"({selected}; majority class {record['test_majority_rate']:.4f})"
+    )
+
+
 def summarize(record: dict) -> str:
     """The lines ``lra-train`` prints at the end of a run."""
     return "\n".join(
         [
             f"{record['model']} on {record['task']} (seed {record['seed']}, {record['device']})",
-            f"  test accuracy   {record['test_accuracy']:.4f}  "
-            f"(val {record['val_accuracy']:.4f} at step {record['selected_step']}, "
-            f"selection={record['selection']}; majority class {record['test_majority_rate']:.4f})",
+            _accuracy_line(record),
             f"  train steps/sec {_rate(record['train_steps_per_sec'])}   "
             f"eval steps/sec {_rate(record['eval_steps_per_sec'])}",
             f"  peak memory     {_mib(record['peak_memory_bytes'])} ({record['memory_source']})",
@@ -103,7 +114,7 @@ def _train(cfg):
         return sweep.run_job(cfg, _checked(_on_own_gpu(train_and_evaluate)), summarize)
     record = train_and_evaluate(cfg)
     log.info(summarize(record))
-    return record["test_accuracy"]
+    return record.get("test_accuracy", record.get("val_accuracy"))
 
 
 def _folder_bytes(path: Path) -> int:

@@ -83,6 +83,10 @@ def result_config(config: dict) -> dict:
         if kept["trainer"].get("param_groups", 0) is None:
             # One parameter group (the default): every run before the key keeps its identity.
             del kept["trainer"]["param_groups"]
+        if kept["trainer"].get("evaluate_test", True) is True:
+            # The test pass (the default): every run before the key keeps its identity. A
+            # validation-only run (lra-tune's trial) is another folder than the run that tests.
+            kept["trainer"].pop("evaluate_test", None)
     return kept
 
 

@@ -111,6 +111,8 @@ SmokeBudget = Literal["smoke", "default"]  # lra.measure.smoke
 ReportTasks = Literal["auto", "official", "tiny"]
 Protocol = Literal["lra_official", "transnormer", "authors"]  # configs/protocol/<name>.yaml
 PretrainObjective = Literal["none", "masked", "causal"]  # lra.train.objective
+TuneSampler = Literal["tpe", "random", "grid"]  # lra.tune.study
+TunePruner = Literal["none", "median", "hyperband"]  # lra.tune.study
 PixelTarget = Literal["classify", "l1"]  # lra.train.objective: image-like tasks
 InitKind = Literal["masked", "causal"]  # lra.train.pretrain: the encoder's init
 Stage = Literal["pretrain"]  # lra.train.pretrain: stage 1's config
@@ -163,6 +165,9 @@ class TrainerConfig:
     eval_batches: PositiveInt | None = MISSING
     log_every: PositiveInt = MISSING
     selection: Annotated[str, Selection] = MISSING
+    # false: validation only, the test split never opened (lra-tune's trials: a record of kind
+    # "trial" without test fields)
+    evaluate_test: bool = MISSING
     progress: bool = MISSING
     mesh: MeshConfig = MISSING
     grad_accum: PositiveInt = MISSING
@@ -477,6 +482,29 @@ RELATIONS: dict[type, tuple[Callable[[dict], str | None], ...]] = {
 }
 
 
+@dataclass
+class TuneConfig:
+    """``tune.*`` of ``lra-tune``: configs/tune/default.yaml (lra.tune)."""
+
+    search: str = MISSING  # auto | a YAML file of search keys
+    n_trials: PositiveInt = MISSING
+    sampler: Annotated[str, TuneSampler] = MISSING
+    pruner: Annotated[str, TunePruner] = MISSING
+    seed: NonNegativeInt = MISSING
+    storage: str | None = MISSING  # None = the journal file in results_dir/tune
+    study: str | None = MISSING
+    final_seeds: NonNegativeInt = MISSING
+    worker: int = MISSING
+    poll_seconds: PositiveFloat = MISSING
+
+
+@dataclass
+class TuneAppConfig(TrainConfig):
+    """``lra-tune``: configs/tune.yaml (lra-train's config and the ``tune`` group)."""
+
+    tune: TuneConfig = field(default_factory=TuneConfig)
+
+
 #: Primary config name (configs/<name>.yaml) -> its schema.
 SCHEMAS: dict[str, type] = {
     "config": TrainConfig,
@@ -484,6 +512,7 @@ SCHEMAS: dict[str, type] = {
     "eval": EvalConfig,
     "smoke": SmokeConfig,
     "report": ReportConfig,
+    "tune": TuneAppConfig,
 }
 GROUP_SCHEMAS: dict[str, type] = {
     "trainer": TrainerConfig,

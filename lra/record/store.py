@@ -144,7 +144,12 @@ def _json_files(folder: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = [d for d in dirs if d not in NOT_RECORD_DIRS and not d.startswith(".")]
-        found += [Path(root) / f for f in files if f.endswith(".json") and not f.startswith(".")]
+        found += [
+            Path(root) / f
+            for f in files
+            # lra-tune's <study>.study.json files are read by lra.report.tuning, not as records
+            if f.endswith(".json") and not f.startswith(".") and not f.endswith(".study.json")
+        ]
     return sorted(found)
 
 

@@ -14,7 +14,10 @@ records, written into one folder. This module only orchestrates; the work runs o
 * render: :mod:`lra.report.tables` (``leaderboard.{md,csv}``, ``efficiency.{md,csv}``,
   ``sources.json``), :mod:`lra.report.latex` (``leaderboard.tex``, ``efficiency.tex``),
   :mod:`lra.report.figure` (``figure1.{png,svg,pdf,md}``), :mod:`lra.report.curves`
-  (``curves.{png,svg,pdf}``).
+  (``curves.{png,svg,pdf}``), :mod:`lra.report.tuning` (``tuning.{md,csv}`` and the
+  equal-budget figure ``tuning.{png,svg,pdf}`` from ``lra-tune``'s ``*.study.json`` files
+  in the results folders; written only when such a file exists; the figure not with
+  ``figure=false``).
 
 What cannot be reported at all (no training records, a filter that keeps nothing) fails
 before any file is written, with an error that names the folder and the command that makes
@@ -48,6 +51,7 @@ from lra.report.load import (
     describe_dirs,
     filter_records,
     load_records,
+    relative_to_root,
     require_train_records,
     resolve_task_set,
     results_dirs,
@@ -65,6 +69,7 @@ from lra.report.tables import (
     leaderboard_markdown,
     sources,
 )
+from lra.report.tuning import load_studies, tuning_csv, tuning_markdown, write_tuning_figure
 from lra.run.exit_status import report_errors
 
 __all__ = ["CONFIG_DIR", "report_main", "run_report"]
@@ -117,6 +122,9 @@ def run_report(
     the bootstrap's replicates; ``pairwise.csv`` and ``profiles.{png,svg,pdf}`` are written
     with the leaderboard. ``plan``: an ``lra-plan`` plan.json (or its folder) whose projections
     are compared with the records (:mod:`lra.report.plan_check`: ``plan_check.{md,csv}``).
+    ``lra-tune``'s studies (``*.study.json`` in the results folders, the ``models`` and
+    ``protocol`` filters applied) give ``tuning.{md,csv}`` and, unless ``figure`` is False,
+    ``tuning.{png,svg,pdf}`` (:mod:`lra.report.tuning`); no study, no tuning file.
     """
     figure = figure_choice(figure)
     planned = None if plan is None else load_plan(plan)  # a bad plan fails before any write
@@ -130,6 +138,7 @@ def run_report(
         until=until,
         where=f"results_dir {describe_dirs(folders)}",
     )
+    studies = load_studies(folders, models=models, protocols=protocol)
     task_set = resolve_task_set(records, tasks)
     require_train_records(records, folders, task_set)
     boards = leaderboards(records, task_set)
@@ -188,6 +197,11 @@ def run_report(
         checked = plan_check(planned, records)
         written.append(write_atomic(out / "plan_check.md", plan_check_markdown(planned, checked)))
         written.append(write_atomic(out / "plan_check.csv", plan_check_csv(checked)))
+    if studies:
+        written.append(write_atomic(out / "tuning.md", tuning_markdown(studies)))
+        written.append(write_atomic(out / "tuning.csv", tuning_csv(studies)))
+        if figure is not False:
+            written += write_tuning_figure(studies, out)
     trace = sources(boards, tables, fig, root, comparisons, table2s)
     if lacking is not None:
         trace["figure1"] = {"drawn": False, "why": lacking}
@@ -199,6 +213,8 @@ def run_report(
     if found:
         traces = {lb.protocol: c.trace(root) for lb, c in zip(boards, found, strict=True)}
         trace["curves"] = next(iter(traces.values())) if len(traces) == 1 else traces
+    if studies:
+        trace["tuning"] = [relative_to_root(s["path"], root) or s["path"] for s in studies]
     trace["results_dir"] = [str(f) for f in folders]
     trace["filters"] = {
         "tasks": task_set,

@@ -30,6 +30,19 @@ def _holder(path: Path) -> dict:
         return {}
 
 
+def try_flock(path: Path) -> int | None:
+    """An open descriptor of ``path`` (created if missing) holding its exclusive ``flock``, or
+    None when another process holds it (non-blocking)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class RunLock:
     """``with RunLock(folder): ...`` holds ``folder/lock`` or raises :class:`RunLocked`."""
 
@@ -40,12 +53,8 @@ class RunLock:
         self._fd: int | None = None
 
     def __enter__(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_flock(self.path)
+        if fd is None:
             who = _holder(self.path)
             raise RunLocked(
                 f"run folder {self.path.parent} is in use by another trainer "

@@ -83,6 +83,8 @@ def log_and_validate(ctx: LoopContext, loop: LoopState, step: int) -> None:
     loop.progress.history.append(entry)
     ctx.trackers.log(step, scalars)
     ctx.display.update(step, train["loss"], train["accuracy"], rate, entry.get("val_accuracy"))
+    if ctx.on_validate is not None and "val_accuracy" in entry:
+        ctx.on_validate(step, entry["val_accuracy"])  # may raise: lra-tune's pruner
     loop.open_window()
 
 

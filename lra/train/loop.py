@@ -88,7 +88,7 @@ class Setup:
     splits: dict  # split name -> lra.data.store split
 
 
-def train_and_evaluate(cfg) -> dict:
+def train_and_evaluate(cfg, *, on_validate=None, record_extra: dict | None = None) -> dict:
     """Train ``cfg.model`` on ``cfg.task`` (resuming its run folder), evaluate, write the record.
 
     Returns the record with ``record_path`` set to the JSON file written; a run
@@ -96,20 +96,32 @@ def train_and_evaluate(cfg) -> dict:
     Raises :class:`Interrupted` after saving a checkpoint when a stop signal came.
     With ``pretrain.objective`` masked or causal, the two stages of
     :func:`lra.train.pretrain.pretrain_then_finetune` (the fine-tuning stage's record).
+
+    ``on_validate(step, val_accuracy)`` is called after each validation pass (``lra-tune``'s
+    pruner: it may raise to end the run there); ``record_extra`` is merged into the record
+    (``lra-tune``'s ``tuning`` block). Neither is part of the run's identity. With
+    ``trainer.evaluate_test=false`` the run validates only: the test split is never opened and
+    the record (of kind ``trial``) has no test field.
     """
     from lra.train import pretrain
 
     if pretrain.is_two_stage(cfg):
+        if on_validate is not None or record_extra:
+            raise ValueError("on_validate and record_extra take a single-stage run")
         return pretrain.pretrain_then_finetune(cfg, run_stage)
-    return run_stage(cfg)
+    return run_stage(cfg, on_validate=on_validate, record_extra=record_extra)
 
 
-def run_stage(cfg) -> dict:
+def run_stage(cfg, *, on_validate=None, record_extra: dict | None = None) -> dict:
     """One run of :func:`train_and_evaluate` (a classification run, or one self-pretraining
     stage whose config :mod:`lra.train.pretrain` made)."""
     session_start, started_at = time.perf_counter(), store.utc_now()
     run, topology, cache_dir = _open_run(cfg)
     if done := _finished_record(cfg, run):
+        if record_extra and any(done.get(k) != v for k, v in record_extra.items()):
+            done = {**done, **record_extra}
+            done["record_path"] = str(run.write_record(_without(done, "record_path", "skipped")))
+            done["skipped"] = True
         return done
     setup = _set_up(cfg, run, topology, cache_dir)
     lock = RunLock(run.path, started_at) if topology.is_main else contextlib.nullcontext()
@@ -123,11 +135,12 @@ def run_stage(cfg) -> dict:
             loop = _resume(setup, ckpts, note, session_start)
             trackers = _open_trackers(setup, loop.progress.step)
             with _out_of_memory_explained(setup.compiled):
-                _train(setup, loop, ckpts, stop, trackers)
+                _train(setup, loop, ckpts, stop, trackers, on_validate)
                 kept = ckpts.wait()
                 selected, test = _select_and_test(setup, loop)
             record = _record(setup, loop, test, code_version=code)
             record.update(selected, checkpoint_steps=kept, wall_seconds=loop.wall_seconds())
+            record.update(record_extra or {})
             record["record_path"] = str(
                 run.write_record(record) if topology.is_main else run.record_path
             )
@@ -181,8 +194,9 @@ def _set_up(cfg, run: RunFolder, topology: Topology, cache_dir) -> Setup:
     if cfg.trainer.preflight:
         preflight(cfg, compiled, topology)
     peak_before = measure.device_peak_bytes()  # compiling may have set it (GPU autotuner)
-    # A pretraining stage reads train and validation inputs only, never the test split.
-    wanted = ("train", "val") if pretraining(cfg) else ("train", "val", "test")
+    # A pretraining stage and a validation-only run (trainer.evaluate_test=false) read the
+    # train and validation splits only, never the test split.
+    wanted = ("train", "val") if not tests(cfg) else ("train", "val", "test")
     splits = load_task(cfg.task, Path(run.config["data_dir"]), splits=wanted)
     _check_lengths(cfg.task, splits)
     return Setup(cfg, run, topology, setting, compiled, compile_cache, peak_before, splits)
@@ -238,7 +252,16 @@ def _out_of_memory_explained(compiled: Compiled):
         raise
 
 
-def _train(setup: Setup, loop: LoopState, ckpts, stop, trackers) -> None:
+def tests(cfg) -> bool:
+    """Whether the run evaluates the test split (not a pretraining stage, not validation-only)."""
+    return pretraining(cfg) is None and bool(cfg.trainer.get("evaluate_test", True))
+
+
+def _without(record: dict, *keys: str) -> dict:
+    return {k: v for k, v in record.items() if k not in keys}
+
+
+def _train(setup: Setup, loop: LoopState, ckpts, stop, trackers, on_validate=None) -> None:
     """Train ``loop`` from its step to ``trainer.num_steps``, with the periodic actions of
     :mod:`lra.train.hooks` after each step.
 
@@ -251,6 +274,7 @@ def _train(setup: Setup, loop: LoopState, ckpts, stop, trackers) -> None:
     if stop.requested:
         raise hooks.stopped(stop, start, num_steps, "nothing new to save")
     ctx = _context(setup, start, ckpts, stop, trackers)
+    ctx.on_validate = on_validate
     batches = prefetch(
         train_batches(
             setup.splits["train"],
@@ -314,16 +338,18 @@ def _select_and_test(setup: Setup, loop: LoopState) -> tuple[dict, dict]:
         params, step = loop.train.params, progress.step
         val_accuracy = progress.history[-1]["val_accuracy"]
     params, batch_size = topology.replicate(params), int(setup.cfg.trainer.batch_size)
-    test = evaluate(
-        setup.compiled.eval_step,
-        params,
-        setup.splits["test"],
-        batch_size,
-        None,
-        loop.eval_timer,
-        topology,
-        keep_rows=True,
-    )
+    test = None
+    if tests(setup.cfg):
+        test = evaluate(
+            setup.compiled.eval_step,
+            params,
+            setup.splits["test"],
+            batch_size,
+            None,
+            loop.eval_timer,
+            topology,
+            keep_rows=True,
+        )
     # The selected model's validation predictions: the validation pass again (untimed, the
     # same trainer.eval_batches), as the record's val_accuracy was measured.
     val = evaluate(
@@ -343,7 +369,8 @@ def _select_and_test(setup: Setup, loop: LoopState) -> tuple[dict, dict]:
         )
     selected = {"val_accuracy": val_accuracy, "selected_step": step}
     if topology.is_main:
-        selected["predictions"] = _write_predictions(setup.run.path, test=test, val=val)
+        evaluated = {"test": test, "val": val} if test is not None else {"val": val}
+        selected["predictions"] = _write_predictions(setup.run.path, **evaluated)
     return selected, test
 
 
@@ -384,7 +411,12 @@ def _record(setup: Setup, loop: LoopState, test: dict, *, code_version: str) -> 
     cfg, run, progress, splits = setup.cfg, setup.run, loop.progress, setup.splits
     train_rate = progress.train_steps / progress.train_seconds if progress.train_seconds else None
     objective = pretraining(cfg)
-    if objective is None:
+    if objective is None and test is None:  # validation only (trainer.evaluate_test=false)
+        result = {
+            "final_val_accuracy": progress.history[-1]["val_accuracy"],
+            "selection": cfg.trainer.selection,
+        }
+    elif objective is None:
         from lra.train.pretrain import init_fields
 
         result = {
@@ -406,7 +438,7 @@ def _record(setup: Setup, loop: LoopState, test: dict, *, code_version: str) -> 
     return {
         **run_fields(
             cfg,
-            "pretrain" if objective else "train",
+            "pretrain" if objective else ("train" if test is not None else "trial"),
             setting=setup.setting,
             config=run.config,
             code_version=code_version,

@@ -108,6 +108,8 @@ class LoopContext:
     learning_rate: Callable[[int], Any]  # the optimizer's schedule, for the logs
     # Select the lowest validation loss (self-pretraining) instead of the best accuracy.
     select_on_loss: bool = False
+    # Called as on_validate(step, val_accuracy) after each validation (lra-tune's pruner).
+    on_validate: Callable[[int, float], None] | None = None
 
     @property
     def num_steps(self) -> int:
