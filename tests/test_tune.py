@@ -389,3 +389,16 @@ def test_two_slurm_workers_share_one_study(listops_tiny_dir, tmp_path):
     assert len(records(records_dir, "train")) == 1  # the final run, trained once
     rows = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/job_status.json")]
     assert sorted(r["status"] for r in rows) in (["done", "done"], ["done", "skipped"])
+
+
+def test_missing_data_stops_the_worker_and_spends_no_trial(listops_tiny_dir, tmp_path):
+    from lra.errors import DataError
+
+    one = ["tune.n_trials=1", "tune.final_seeds=0"]
+    with pytest.raises(DataError, match="prepare it with: lra-data task=listops_tiny"):
+        run_tune(tmp_path / "no-data", tmp_path, *one)
+    study = journal_study(tmp_path)
+    assert [t.state.name for t in study.trials] == ["RUNNING"]  # not FAIL: the budget is kept
+    result = run_tune(listops_tiny_dir, tmp_path, *one)  # the same study: data_dir is no setting
+    assert result["completed"] == 1 and result["failed"] == 0
+    assert [t.state.name for t in journal_study(tmp_path).trials] == ["COMPLETE"]

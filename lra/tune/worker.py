@@ -10,9 +10,11 @@ record's ``val_accuracy``, the selected checkpoint's validation accuracy. A fini
 The worker first takes over any trial whose worker died (:func:`lra.tune.study.orphans`): the
 trial's run folder resumes from its newest checkpoint and the trial is told its value as if
 nothing happened. Pruning (``tune.pruner``) reports each validation accuracy to the trial and
-ends a run that falls below the pruner's bar (``PRUNED``); a run that fails with a user error
-(a diverging loss, say) is ``FAIL`` and spends its place in the budget. A stop signal saves the
-run's checkpoint and leaves its trial ``RUNNING`` for the next worker.
+ends a run that falls below the pruner's bar (``PRUNED``); a run that fails with an error of its
+values (a diverging loss, running out of memory) is ``FAIL`` and spends its place in the budget.
+A stop signal (after saving the run's checkpoint) and missing or damaged data (a
+:class:`~lra.errors.DataError`, the same for every trial) stop the worker and leave the trial
+``RUNNING`` for the next run of the command.
 """
 
 import logging
@@ -23,7 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lra.config.identity import run_dir
-from lra.errors import LRAError
+from lra.errors import DataError, LRAError
 from lra.run.lock import RunLocked
 from lra.run.signals import Interrupted
 from lra.tune import study as studies
@@ -90,7 +92,10 @@ def _train_trial(ctx: Context, study, trial, values: dict) -> None:
     except RunLocked as err:  # another worker trains these values (the same run folder)
         log.warning(f"trial {number}: {err}; leaving it to that worker")
         raise
-    except Interrupted:  # checkpoint saved: the trial stays RUNNING for the next worker
+    except (Interrupted, DataError):
+        # A stop signal (its checkpoint saved), or data that is missing or damaged (the same for
+        # every trial): the worker stops and the trial stays RUNNING, taken over by the next
+        # run of the command, so it spends no place in the budget.
         raise
     except Exception as err:  # a user error (diverged) or the device's (out of memory)
         what = str(err) if isinstance(err, LRAError) else f"{type(err).__name__}: {err}"
