@@ -22,7 +22,6 @@ is a :class:`~lra.errors.ConfigError`. Other launchers (the basic one, submitit 
 where the scheduler gives each job its GPU) and single runs are left alone.
 """
 
-import fcntl
 import logging
 import os
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from lra.device.measure import jax_backends_started
 from lra.errors import ConfigError
+from lra.run.lock import try_flock
 
 SLOTS_FOLDER = ".gpu_slots"
 log = logging.getLogger("lra.run.cluster")
@@ -42,11 +42,8 @@ _launch_visible: str | None = None
 
 
 def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = try_flock(path)
+    if fd is None:
         return None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for a curious user

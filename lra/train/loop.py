@@ -273,8 +273,7 @@ def _train(setup: Setup, loop: LoopState, ckpts, stop, trackers, on_validate=Non
     num_steps = int(trainer.num_steps)
     if stop.requested:
         raise hooks.stopped(stop, start, num_steps, "nothing new to save")
-    ctx = _context(setup, start, ckpts, stop, trackers)
-    ctx.on_validate = on_validate
+    ctx = _context(setup, start, ckpts, stop, trackers, on_validate)
     batches = prefetch(
         train_batches(
             setup.splits["train"],
@@ -300,7 +299,7 @@ def _train(setup: Setup, loop: LoopState, ckpts, stop, trackers, on_validate=Non
         batches.close()
 
 
-def _context(setup: Setup, start: int, ckpts, stop, trackers) -> LoopContext:
+def _context(setup: Setup, start: int, ckpts, stop, trackers, on_validate=None) -> LoopContext:
     trainer, topology = setup.cfg.trainer, setup.topology
     num_steps = int(trainer.num_steps)
     return LoopContext(
@@ -320,6 +319,7 @@ def _context(setup: Setup, start: int, ckpts, stop, trackers) -> LoopContext:
             trainer.decay_steps,
         ),
         select_on_loss=pretraining(setup.cfg) is not None,
+        on_validate=on_validate,
     )
 
 

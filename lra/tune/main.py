@@ -67,9 +67,9 @@ def context(cfg):
     base = OmegaConf.to_container(train_cfg, resolve=True)
     name = study.study_name(cfg, base, space, search.space_hash(space))
     spec = study.storage_spec(cfg, name)
-    storage = study.open_storage(spec)
+    loaded = study.load(cfg, study.open_storage(spec), name, space, base)
     claims = study.tune_dir(cfg) / f"{name}.claims"
-    return worker.Context(cfg, train_cfg, base, space, name, spec, storage, claims)
+    return worker.Context(cfg, train_cfg, base, space, name, spec, claims, loaded)
 
 
 def dashboard_command(spec: str) -> str:
@@ -108,14 +108,12 @@ def tune(cfg) -> dict:
     from lra.tune import final, summary, worker
 
     ctx = context(cfg)
-    study = ctx.study()
+    study = ctx.study
     log.info(
         f"study {ctx.name} ({ctx.storage_spec}): {worker.progress_line(study, ctx.n_trials)}; "
         f"watch it with {dashboard_command(ctx.storage_spec)}"
     )
     worker.search(ctx)
-    study = ctx.study()
-    summary.write_summary(ctx, study)
     finals = []
     if int(cfg.tune.final_seeds) and final.studies.best(study) is None:
         raise ConfigError(
@@ -125,8 +123,7 @@ def tune(cfg) -> dict:
         )
     if int(cfg.tune.final_seeds):
         finals = final.run_finals(ctx, study)
-    path = summary.write_summary(ctx, study, finals)
-    result = summary.study_summary(ctx, study, finals)
+    path, result = summary.write_summary(ctx, study, finals)
     return {**result, "path": str(path)}
 
 

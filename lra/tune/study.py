@@ -146,9 +146,10 @@ def make_pruner(cfg, num_steps: int, eval_every: int):
     )
 
 
-def load(cfg, storage, name: str, space, base: dict, offset: int = 0):
-    """The study ``name`` in ``storage`` (created with its settings as user attributes), with a
-    sampler for the next ask; one line if an existing study of that name disagrees."""
+def load(cfg, storage, name: str, space, base: dict):
+    """The study ``name`` in ``storage`` (created with its settings as user attributes); one
+    line if an existing study of that name disagrees. Its trials are read from the storage at
+    every look, so one object serves a worker's whole life; :func:`reseed` before each ask."""
     optuna_ = optuna()
     trainer = base["trainer"]
     study = optuna_.create_study(
@@ -156,7 +157,7 @@ def load(cfg, storage, name: str, space, base: dict, offset: int = 0):
         storage=storage,
         direction="maximize",
         load_if_exists=True,
-        sampler=make_sampler(cfg, space, offset),
+        sampler=make_sampler(cfg, space, 0),
         pruner=make_pruner(cfg, int(trainer["num_steps"]), int(trainer["eval_every"])),
     )
     settings = study_settings(cfg, space)
@@ -171,6 +172,11 @@ def load(cfg, storage, name: str, space, base: dict, offset: int = 0):
             "with tune.study=..., or leave tune.study unset"
         )
     return study
+
+
+def reseed(study, cfg, space) -> None:
+    """Give ``study`` the sampler of its next ask (:func:`make_sampler` at its trials so far)."""
+    study.sampler = make_sampler(cfg, space, len(study.get_trials(deepcopy=False)))
 
 
 def study_settings(cfg, space) -> dict:

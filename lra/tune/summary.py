@@ -66,9 +66,9 @@ def study_summary(ctx, study, finals: list[dict] | None = None) -> dict:
     }
 
 
-def write_summary(ctx, study, finals: list[dict] | None = None) -> Path:
-    path = summary_path(ctx)
+def write_summary(ctx, study, finals: list[dict] | None = None) -> tuple[Path, dict]:
+    """Write the study file; its path and what it holds."""
+    path, data = summary_path(ctx), study_summary(ctx, study, finals)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(study_summary(ctx, study, finals), indent=2, default=str) + "\n"
-    write_atomic(path, text)
-    return path
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    return path, data

@@ -30,6 +30,7 @@ from lra.run.lock import RunLocked
 from lra.run.signals import Interrupted
 from lra.tune import study as studies
 from lra.tune.search import Space, apply, suggest
+from lra.tune.summary import write_summary
 
 log = logging.getLogger("lra.tune")
 
@@ -44,15 +45,12 @@ class Context:
     space: Space
     name: str  # the study's name
     storage_spec: str
-    storage: object
     claims: Path
+    study: object  # the optuna Study (lra.tune.study.load)
 
     @property
     def n_trials(self) -> int:
         return int(self.cfg.tune.n_trials)
-
-    def study(self, offset: int = 0):
-        return studies.load(self.cfg, self.storage, self.name, self.space, self.base, offset)
 
 
 def trial_config(ctx: Context, values: dict):
@@ -134,10 +132,10 @@ def _others_running(study) -> bool:
 
 def search(ctx: Context) -> None:
     """Take trials until the budget is spent and every trial of the study has ended."""
+    study = ctx.study
     while True:
-        study = ctx.study(offset=len(study_trials(ctx)))
         if _take_orphan(ctx, study):
-            log.info(progress_line(ctx.study(), ctx.n_trials))
+            _trial_ended(ctx, study)
             continue
         if len(studies.counted(study)) >= ctx.n_trials:
             if _others_running(study):  # another worker's trial: its value may be the best
@@ -145,15 +143,18 @@ def search(ctx: Context) -> None:
                 continue
             return
         _ask_and_train(ctx, study)
-        log.info(progress_line(ctx.study(), ctx.n_trials))
+        _trial_ended(ctx, study)
 
 
-def study_trials(ctx: Context) -> list:
-    return ctx.study().get_trials(deepcopy=False)
+def _trial_ended(ctx: Context, study) -> None:
+    """The study file rewritten and the console's progress line, after each trial."""
+    write_summary(ctx, study)
+    log.info(progress_line(study, ctx.n_trials))
 
 
 def _ask_and_train(ctx: Context, study) -> None:
     optuna = studies.optuna()
+    studies.reseed(study, ctx.cfg, ctx.space)
     trial = study.ask()
     claim = studies.Claim(ctx.claims, trial.number)
     if not claim.take():  # cannot happen for a fresh trial; be safe
