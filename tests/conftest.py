@@ -38,6 +38,8 @@ from lra.device import measure  # noqa: E402
 
 measure.configure_cpu_memory_analysis()
 
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -118,3 +120,37 @@ def live_processes_in_group(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":  # fields[0]: state, [2]: pgrp
             alive.append(int(stat.parent.name))
     return alive
+
+
+# ---------------------------------------------------------------- the local SLURM cluster
+
+# lra-train -m / lra-tune -m through submitit onto the one node of scripts/slurm_local.sh.
+SLURM = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+    "hydra.launcher.partition=null",
+]
+
+
+def _no_slurm(reason: str) -> None:
+    reason += "; start one with `sudo bash scripts/slurm_local.sh`"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI runs the SLURM tests, but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def slurm_node():
+    """The name of a SLURM node that takes jobs; skips (fails in CI) without one."""
+    if shutil.which("sinfo") is None:
+        _no_slurm("no SLURM here (sinfo is not on PATH)")
+    out = subprocess.run(
+        ["sinfo", "--noheader", "--format=%n %T"], capture_output=True, text=True, timeout=30
+    )
+    nodes = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    ready = [name for name, state in nodes if state.rstrip("*~#") in ("idle", "mixed", "allocated")]
+    if out.returncode != 0 or not ready:
+        _no_slurm(f"SLURM has no node that takes jobs (sinfo: {out.stdout or out.stderr!r})")
+    return ready[0]

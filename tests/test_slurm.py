@@ -14,27 +14,20 @@ SLURM (``sinfo`` not on PATH, or no node taking jobs) they skip, except in CI
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_DATA, SMALL_RUN, make_config, train_small
+from conftest import SLURM, SMALL_DATA, SMALL_RUN, make_config, train_small
 
 from lra.train.loop import train_and_evaluate
 
 # One pytest-xdist worker for all of them with `--dist loadgroup` (the node has few cores).
-pytestmark = pytest.mark.xdist_group("slurm")
+# Every test here needs the node (conftest's slurm_node: skips, or fails in CI, without one).
+pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.usefixtures("slurm_node")]
 BIN = Path(sys.executable).parent
-SLURM = [
-    "hydra/launcher=slurm",
-    "hydra.launcher.gpus_per_node=0",
-    "hydra.launcher.cpus_per_task=1",
-    "hydra.launcher.mem_gb=2",
-    "hydra.launcher.partition=null",
-]
 # Long enough (a few seconds of steps) to be stopped in the middle by a signal.
 LONG = [
     "trainer.num_steps=400",
@@ -42,28 +35,6 @@ LONG = [
     "trainer.eval_every=200",
     "trainer.checkpoint_every=50",
 ]
-
-
-def _no_slurm(reason: str) -> None:
-    reason += "; start one with `sudo bash scripts/slurm_local.sh`"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI runs the SLURM tests, but {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def slurm_node():
-    """The name of a SLURM node that takes jobs; skips (fails in CI) without one."""
-    if shutil.which("sinfo") is None:
-        _no_slurm("no SLURM here (sinfo is not on PATH)")
-    out = subprocess.run(
-        ["sinfo", "--noheader", "--format=%n %T"], capture_output=True, text=True, timeout=30
-    )
-    nodes = [line.split() for line in out.stdout.splitlines() if line.strip()]
-    ready = [name for name, state in nodes if state.rstrip("*~#") in ("idle", "mixed", "allocated")]
-    if out.returncode != 0 or not ready:
-        _no_slurm(f"SLURM has no node that takes jobs (sinfo: {out.stdout or out.stderr!r})")
-    return ready[0]
 
 
 def lra_sweep(data_dir, root: Path, *overrides: str, background=False):

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SMALL_DATA, SMALL_RUN
+from conftest import SLURM, SMALL_DATA, SMALL_RUN
 from hydra import compose, initialize_config_dir
-from test_slurm import SLURM, slurm_node  # noqa: F401 - the fixture, shared
 
 from lra.config.compose import CONFIG_DIR
 from lra.errors import ConfigError
@@ -179,6 +178,128 @@ def test_a_study_file_names_the_trials_and_the_finals(four_trials):
     assert path.name == f"{result['study']}.study.json"
     assert [t["number"] for t in data["trials"]] == [0, 1, 2, 3]
     assert len(data["finals"]) == 1 and data["finals"][0]["test_accuracy"] is not None
+
+
+# ---------------------------------------------------------------- pruning, and the study file
+
+
+# Two learning rates too small to move the model off its start (it validates the same at every
+# step) and three that, with no warm-up, throw its first step far off: on the grid, in the
+# order tune.seed=0 shuffles it (0.3, 1e-9, 2e-9, 1.0, 3.0), the last two start below the
+# median of the finished trials.
+PRUNING_SPACE = """\
+trainer.learning_rate:
+  choices: [1.0e-9, 2.0e-9, 0.3, 1.0, 3.0]
+  grid: [1.0e-9, 2.0e-9, 0.3, 1.0, 3.0]
+trainer.warmup_steps: {value: 0}
+"""
+
+
+def pruned_study(data_dir, results: Path, pruner: str) -> tuple[object, list[dict]]:
+    """The 5-point grid of PRUNING_SPACE as a 5-trial study validating at each of 4 steps,
+    under ``pruner``; the study, and what its study file held each time it was written."""
+    import lra.tune.worker as worker
+
+    seen, write = [], worker.write_summary
+
+    def watched(*args, **kw):
+        path, data = write(*args, **kw)
+        seen.append(json.loads(Path(path).read_text()))  # what is on disk, not what was meant
+        return path, data
+
+    space = results / "pruning-space.yaml"
+    space.parent.mkdir(parents=True, exist_ok=True)
+    space.write_text(PRUNING_SPACE)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(worker, "write_summary", watched)
+    try:
+        run_tune(
+            data_dir,
+            results,
+            "tune.n_trials=5",
+            "tune.final_seeds=0",
+            "tune.sampler=grid",
+            "tune.seed=0",
+            f"tune.search={space}",
+            f"tune.pruner={pruner}",
+            "trainer.eval_every=1",
+        )
+    finally:
+        mp.undo()
+    return journal_study(results), seen
+
+
+@pytest.fixture(scope="module")
+def median_pruned(listops_tiny_dir, tmp_path_factory):
+    results = tmp_path_factory.mktemp("median")
+    return results, *pruned_study(listops_tiny_dir, results, "median")
+
+
+def _stopped_where_pruned(trial, num_steps: int = 4) -> None:
+    """A pruned trial's run stopped at its last report: no later step trained, no record."""
+    folder = Path(trial.user_attrs["run_dir"])
+    steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").open()]
+    last = max(trial.intermediate_values)
+    assert last < num_steps or trial.state.name == "COMPLETE"
+    assert max(steps) == last, (trial.number, steps, last)
+    assert not (folder / "record.json").exists()
+
+
+def test_the_median_pruner_prunes_below_the_median_of_finished_trials(median_pruned):
+    """Optuna's rule, recomputed: after 2 finished trials, a trial whose best validation accuracy
+    so far is below the median of the finished trials' accuracies at that step is pruned."""
+    _, study, _ = median_pruned
+    trials = budget_trials(study)
+    assert len(trials) == 5
+    finished: list[dict] = []
+    for t in sorted(trials, key=lambda t: t.number):
+        expected = None  # the step it should be pruned at
+        for step in sorted(t.intermediate_values):
+            best = max(v for s, v in t.intermediate_values.items() if s <= step)
+            at_step = [f[step] for f in finished if step in f]
+            if len(finished) >= 2 and at_step and best < np.percentile(at_step, 50):
+                expected = step
+                break
+        if expected is None:
+            assert t.state.name == "COMPLETE", (t.number, t.intermediate_values, finished)
+            assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+            finished.append(dict(t.intermediate_values))
+        else:
+            assert t.state.name == "PRUNED", (t.number, t.intermediate_values, finished)
+            assert max(t.intermediate_values) == expected
+            _stopped_where_pruned(t)
+    assert sum(t.state.name == "PRUNED" for t in trials) >= 1, "no trial was pruned"
+
+
+def test_the_grid_sampler_tries_each_point_once_and_ends_with_the_budget(median_pruned):
+    _, study, _ = median_pruned
+    tried = [t.user_attrs["overrides"]["trainer.learning_rate"] for t in budget_trials(study)]
+    assert sorted(tried) == [1e-9, 2e-9, 0.3, 1.0, 3.0]
+
+
+def test_the_hyperband_pruner_stops_trials_early(listops_tiny_dir, tmp_path):
+    study, _ = pruned_study(listops_tiny_dir, tmp_path, "hyperband")
+    assert study.user_attrs["settings"]["pruner"] == "hyperband"
+    trials = budget_trials(study)
+    assert len(trials) == 5
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert pruned, [t.intermediate_values for t in trials]
+    for t in pruned:
+        _stopped_where_pruned(t)
+    for t in trials:
+        if t.state.name == "COMPLETE":
+            assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+
+
+def test_the_study_file_is_rewritten_after_every_trial(median_pruned):
+    results, study, seen = median_pruned
+    trials = sorted(budget_trials(study), key=lambda t: t.number)
+    assert [len(s["trials"]) for s in seen] == [1, 2, 3, 4, 5]  # one write per trial ended
+    for n, snapshot in enumerate(seen):  # each write: the trials ended so far, as they ended
+        assert [t["state"] for t in snapshot["trials"]] == [t.state.name for t in trials[: n + 1]]
+        assert snapshot["pruned"] == sum(t.state.name == "PRUNED" for t in trials[: n + 1])
+    [path] = (results / "tune").glob("*.study.json")
+    assert json.loads(path.read_text()) == seen[-1]
 
 
 # ---------------------------------------------------------------- the search space

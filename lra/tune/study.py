@@ -120,7 +120,8 @@ def open_storage(spec: str):
 
 def make_sampler(cfg, space, offset: int):
     """The sampler of one ask: seeded with ``tune.seed + offset`` (the trials so far), so the
-    same study gives the same suggestions however many workers share it."""
+    same study gives the same suggestions however many workers share it. The grid sampler keeps
+    ``tune.seed``: its seed shuffles the grid, and trial k takes the k-th point of that order."""
     optuna_ = optuna()
     seed = int(cfg.tune.seed) + offset
     kind = str(cfg.tune.sampler)
@@ -130,7 +131,14 @@ def make_sampler(cfg, space, offset: int):
         return optuna_.samplers.RandomSampler(seed=seed)
     from lra.tune.search import grid
 
-    return optuna_.samplers.GridSampler(grid(space), seed=seed)
+    class AskAndTellGrid(optuna_.samplers.GridSampler):
+        """Optuna's grid sampler less its ``study.stop()`` once the grid is spent, which raises
+        outside ``study.optimize`` (at the last point's ``tell``): the budget ends the search."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return AskAndTellGrid(grid(space), seed=int(cfg.tune.seed))
 
 
 def make_pruner(cfg, num_steps: int, eval_every: int):
