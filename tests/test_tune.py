@@ -195,7 +195,7 @@ trainer.warmup_steps: {value: 0}
 """
 
 
-def pruned_study(data_dir, results: Path, pruner: str) -> tuple[object, list[dict]]:
+def pruned_study(data_dir, results: Path, *pruning: str) -> tuple[object, list[dict]]:
     """The 5-point grid of PRUNING_SPACE as a 5-trial study validating at each of 4 steps,
     under ``pruner``; the study, and what its study file held each time it was written."""
     import lra.tune.worker as worker
@@ -221,7 +221,7 @@ def pruned_study(data_dir, results: Path, pruner: str) -> tuple[object, list[dic
             "tune.sampler=grid",
             "tune.seed=0",
             f"tune.search={space}",
-            f"tune.pruner={pruner}",
+            *pruning,
             "trainer.eval_every=1",
         )
     finally:
@@ -232,7 +232,8 @@ def pruned_study(data_dir, results: Path, pruner: str) -> tuple[object, list[dic
 @pytest.fixture(scope="module")
 def median_pruned(listops_tiny_dir, tmp_path_factory):
     results = tmp_path_factory.mktemp("median")
-    return results, *pruned_study(listops_tiny_dir, results, "median")
+    pruning = ["tune.pruner=median", "tune.prune_startup_trials=2", "tune.prune_warmup=0.5"]
+    return results, *pruned_study(listops_tiny_dir, results, *pruning)
 
 
 def _stopped_where_pruned(trial, num_steps: int = 4) -> None:
@@ -246,8 +247,9 @@ def _stopped_where_pruned(trial, num_steps: int = 4) -> None:
 
 
 def test_the_median_pruner_prunes_below_the_median_of_finished_trials(median_pruned):
-    """Optuna's rule, recomputed: after 2 finished trials, a trial whose best validation accuracy
-    so far is below the median of the finished trials' accuracies at that step is pruned."""
+    """Optuna's rule, recomputed: after 2 finished trials (tune.prune_startup_trials) and from
+    step 2 of 4 on (tune.prune_warmup=0.5), a trial whose best validation accuracy so far is
+    below the median of the finished trials' accuracies at that step is pruned."""
     _, study, _ = median_pruned
     trials = budget_trials(study)
     assert len(trials) == 5
@@ -257,7 +259,8 @@ def test_the_median_pruner_prunes_below_the_median_of_finished_trials(median_pru
         for step in sorted(t.intermediate_values):
             best = max(v for s, v in t.intermediate_values.items() if s <= step)
             at_step = [f[step] for f in finished if step in f]
-            if len(finished) >= 2 and at_step and best < np.percentile(at_step, 50):
+            ready = len(finished) >= 2 and step >= 2
+            if ready and at_step and best < np.percentile(at_step, 50):
                 expected = step
                 break
         if expected is None:
@@ -278,7 +281,9 @@ def test_the_grid_sampler_tries_each_point_once_and_ends_with_the_budget(median_
 
 
 def test_the_hyperband_pruner_stops_trials_early(listops_tiny_dir, tmp_path):
-    study, _ = pruned_study(listops_tiny_dir, tmp_path, "hyperband")
+    study, _ = pruned_study(
+        listops_tiny_dir, tmp_path, "tune.pruner=hyperband", "tune.prune_warmup=0"
+    )
     assert study.user_attrs["settings"]["pruner"] == "hyperband"
     trials = budget_trials(study)
     assert len(trials) == 5

@@ -490,6 +490,8 @@ class TuneConfig:
     n_trials: PositiveInt = MISSING
     sampler: Annotated[str, TuneSampler] = MISSING
     pruner: Annotated[str, TunePruner] = MISSING
+    prune_startup_trials: NonNegativeInt = MISSING  # median: finished trials before it prunes
+    prune_warmup: Annotated[float, Range(ge=0, lt=1)] = MISSING  # no pruning before this x steps
     seed: NonNegativeInt = MISSING
     storage: str | None = MISSING  # None = the journal file in results_dir/tune
     study: str | None = MISSING

@@ -36,6 +36,7 @@ def tuning_block(ctx, study) -> dict:
         "search_files": list(ctx.space.files),
         "sampler": str(ctx.cfg.tune.sampler),
         "pruner": str(ctx.cfg.tune.pruner),
+        **studies.pruning_settings(ctx.cfg.tune),
         "protocol": ctx.base.get("protocol") or "lra_official",
     }
 

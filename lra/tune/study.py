@@ -77,6 +77,7 @@ def study_name(cfg, base: dict, space, space_digest: str) -> str:
         "n_trials": int(tune.n_trials),
         "sampler": str(tune.sampler),
         "pruner": str(tune.pruner),
+        **pruning_settings(tune),
         "seed": int(tune.seed),
         "trial_seed": base["seed"],
     }
@@ -146,11 +147,14 @@ def make_pruner(cfg, num_steps: int, eval_every: int):
     kind = str(cfg.tune.pruner)
     if kind == "none":
         return optuna_.pruners.NopPruner()
+    warmup = round(float(cfg.tune.prune_warmup) * num_steps)  # steps before any pruning
     if kind == "median":
-        # Prune below the median of the finished trials at the same step, after two trials.
-        return optuna_.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+        # Below the median of the finished trials at the same step, once there are enough.
+        return optuna_.pruners.MedianPruner(
+            n_startup_trials=int(cfg.tune.prune_startup_trials), n_warmup_steps=warmup
+        )
     return optuna_.pruners.HyperbandPruner(
-        min_resource=eval_every, max_resource=num_steps, reduction_factor=3
+        min_resource=max(eval_every, warmup), max_resource=num_steps, reduction_factor=3
     )
 
 
@@ -187,6 +191,16 @@ def reseed(study, cfg, space) -> None:
     study.sampler = make_sampler(cfg, space, len(study.get_trials(deepcopy=False)))
 
 
+def pruning_settings(tune) -> dict:
+    """The pruner's settings (none when ``tune.pruner=none``), in the study's name and settings."""
+    if str(tune.pruner) == "none":
+        return {}
+    out = {"prune_warmup": float(tune.prune_warmup)}
+    if str(tune.pruner) == "median":
+        out["prune_startup_trials"] = int(tune.prune_startup_trials)
+    return out
+
+
 def study_settings(cfg, space) -> dict:
     from lra.tune.search import space_hash
 
@@ -195,6 +209,7 @@ def study_settings(cfg, space) -> dict:
         "n_trials": int(tune["n_trials"]),
         "sampler": tune["sampler"],
         "pruner": tune["pruner"],
+        **pruning_settings(cfg.tune),
         "seed": int(tune["seed"]),
         "search_hash": space_hash(space),
     }
