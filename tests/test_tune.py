@@ -345,6 +345,24 @@ def test_suggested_values_stay_in_their_ranges(listops_tiny_dir, tmp_path):
         assert values["trainer.param_groups.ssm.weight_decay"] == 0.0
 
 
+def test_a_trial_draws_its_values_by_its_number_whoever_asks_first(listops_tiny_dir, tmp_path):
+    """Two workers asking at once (two trials RUNNING before either draws) draw two settings, and
+    trial k draws the same values however the asks interleave."""
+    from lra.tune.main import context
+    from lra.tune.worker import draw
+
+    def asked(folder: Path, count: int):
+        ctx = context(tune_config(listops_tiny_dir, folder, "tune.sampler=random"))
+        return ctx, [ctx.study.ask() for _ in range(count)]
+
+    ctx, (first, second) = asked(tmp_path / "together", 2)
+    late = draw(ctx, ctx.study, second)  # the second asker draws first
+    early = draw(ctx, ctx.study, first)
+    assert early != late
+    alone_ctx, (alone,) = asked(tmp_path / "alone", 1)
+    assert draw(alone_ctx, alone_ctx.study, alone) == early
+
+
 def _search_file(tmp_path, text: str) -> str:
     path = tmp_path / "space.yaml"
     path.write_text(text)

@@ -120,8 +120,8 @@ def open_storage(spec: str):
 
 
 def make_sampler(cfg, space, offset: int):
-    """The sampler of one ask: seeded with ``tune.seed + offset`` (the trials so far), so the
-    same study gives the same suggestions however many workers share it. The grid sampler keeps
+    """The sampler of one trial: seeded with ``tune.seed + offset`` (the trial's number), so a
+    random search suggests the same values however many workers share it. The grid sampler keeps
     ``tune.seed``: its seed shuffles the grid, and trial k takes the k-th point of that order."""
     optuna_ = optuna()
     seed = int(cfg.tune.seed) + offset
@@ -161,7 +161,7 @@ def make_pruner(cfg, num_steps: int, eval_every: int):
 def load(cfg, storage, name: str, space, base: dict):
     """The study ``name`` in ``storage`` (created with its settings as user attributes); one
     line if an existing study of that name disagrees. Its trials are read from the storage at
-    every look, so one object serves a worker's whole life; :func:`reseed` before each ask."""
+    every look, so one object serves a worker's whole life; :func:`reseed` after each ask."""
     optuna_ = optuna()
     trainer = base["trainer"]
     study = optuna_.create_study(
@@ -186,9 +186,12 @@ def load(cfg, storage, name: str, space, base: dict):
     return study
 
 
-def reseed(study, cfg, space) -> None:
-    """Give ``study`` the sampler of its next ask (:func:`make_sampler` at its trials so far)."""
-    study.sampler = make_sampler(cfg, space, len(study.get_trials(deepcopy=False)))
+def reseed(study, cfg, space, number: int) -> None:
+    """Give ``study`` the sampler of trial ``number``'s values (:func:`make_sampler` at offset
+    ``number``), between its ask and its suggestions: trial numbers are unique, so two workers
+    asking at the same moment get two seeds (seeded by the trials so far, they got one seed and
+    the same values: one run folder for two trials)."""
+    study.sampler = make_sampler(cfg, space, number)
 
 
 def pruning_settings(tune) -> dict:

@@ -119,7 +119,10 @@ def _take_orphan(ctx: Context, study) -> bool:
             log.info(f"trial {frozen.number}: its worker is gone; resuming its run folder")
             trial = optuna.trial.Trial(study, frozen._trial_id)
             trial.set_user_attr(studies.WORKER, studies.worker_name())
-            _train_trial(ctx, study, trial, dict(frozen.user_attrs[studies.OVERRIDES]))
+            try:
+                _train_trial(ctx, study, trial, dict(frozen.user_attrs[studies.OVERRIDES]))
+            except RunLocked:
+                continue  # a live worker trains its run folder: taken up again once it is done
         finally:
             claim.release()
         return True
@@ -154,7 +157,6 @@ def _trial_ended(ctx: Context, study) -> None:
 
 def _ask_and_train(ctx: Context, study) -> None:
     optuna = studies.optuna()
-    studies.reseed(study, ctx.cfg, ctx.space)
     trial = study.ask()
     claim = studies.Claim(ctx.claims, trial.number)
     if not claim.take():  # cannot happen for a fresh trial; be safe
@@ -164,7 +166,7 @@ def _ask_and_train(ctx: Context, study) -> None:
             trial.set_user_attr(studies.OVER_BUDGET, True)
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
             return
-        values = suggest(trial, ctx.space)
+        values = draw(ctx, study, trial)
         cfg = trial_config(ctx, values)
         trial.set_user_attr(studies.OVERRIDES, values)
         trial.set_user_attr(
@@ -179,6 +181,12 @@ def _ask_and_train(ctx: Context, study) -> None:
             return  # the trial stays RUNNING with a free claim: the other worker's run ends it
     finally:
         claim.release()
+
+
+def draw(ctx: Context, study, trial) -> dict:
+    """Trial ``trial``'s values, drawn by the sampler of its number (:func:`studies.reseed`)."""
+    studies.reseed(study, ctx.cfg, ctx.space, trial.number)
+    return suggest(trial, ctx.space)
 
 
 def _shown(values: dict) -> str:
