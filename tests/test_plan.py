@@ -325,3 +325,71 @@ def test_a_plan_whose_first_cell_crashed_still_names_its_device():
     options, _ = plan_main.split_arguments([])
     plan = plan_main._plan([], options, [crashed, fits], 2, "now", "v1", 0.0)
     assert plan["device"]["description"] == "TPU v5 lite" and plan["device"]["device_count"] == 4
+
+
+# ---------------------------------------------------------------- tuning plans (lra-tune)
+
+
+def test_a_tuning_plan_prices_each_seeds_study_and_is_lent_to_another_budget(tmp_path, monkeypatch):
+    """``tune.n_trials=4 tune.final_seeds=2 seed=0,1``: two studies of 4 validation-only trials
+    (no test pass) and 2 final runs each; a rerun at another budget re-prices the cell."""
+    from lra.record import store
+
+    monkeypatch.setattr(store, "code_version", lambda: "v1")  # the rerun may lend its cell
+    sweep = ["task=listops_tiny", "seed=0,1", "tune.n_trials=4", "tune.final_seeds=2"]
+    plan, out = _plan(tmp_path, *sweep, "tune.pruner=median")
+    [cell] = plan["cells"]
+    study, run = cell["tuning"], cell["projected_seconds"]
+    parts = cell["projected_parts"]
+    assert parts["test"] > 0  # a final run is an ordinary run, with its test pass
+    assert study["trial_seconds"] == pytest.approx(run - parts["test"])
+    assert study["study_seconds"] == pytest.approx(4 * study["trial_seconds"] + 2 * run)
+    assert cell["device_hours"] == pytest.approx(2 * study["study_seconds"] / 3600)
+    assert plan["runs"] == 2 * (4 + 2)
+    assert plan["tune"] == {"n_trials": 4, "final_seeds": 2, "other": {"tune.pruner": "median"}}
+    text = (out / "plan.md").read_text()
+    assert (
+        "| Per trial | Per study |" in text
+        and "Tuning plan: each cell is one lra-tune study" in text
+    )
+
+    measured = []
+    monkeypatch.setattr(plan_main, "plan_cell", lambda *a: measured.append(a) or {})
+    again, _ = _plan(tmp_path, "task=listops_tiny", "seed=0", "tune.n_trials=8")
+    [lent] = again["cells"]
+    assert not measured and lent["reused"] is True
+    assert lent["tuning"]["final_seeds"] == 3  # lra-tune's default
+    assert lent["tuning"]["study_seconds"] == pytest.approx(8 * study["trial_seconds"] + 3 * run)
+    plain, _ = _plan(tmp_path, "task=listops_tiny", "seed=0")  # a plain plan: lent as a run
+    assert not measured and "tuning" not in plain["cells"][0] and plain["runs"] == 1
+    assert plain["cells"][0]["device_hours"] == pytest.approx(run / 3600)
+
+
+def test_a_tuning_plans_wall_time_runs_the_finals_after_the_last_trial():
+    study = {"n_trials": 3, "final_seeds": 2, "trial_seconds": 3600, "final_seconds": 7200}
+    cell = {"name": "a", "seeds": [0], "fits": True, "projected_seconds": 7200, "tuning": study}
+    cell["device_hours"] = 7.0
+    assert wall_seconds([cell], 1) == 7 * 3600
+    # Two workers: trials 1 | 2, then 3 (ends at 2 h); the finals wait for it: 2-4 h | 2-4 h.
+    assert wall_seconds([cell], 2) == 4 * 3600
+    assert totals([cell], 2, None)["runs"] == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tune.n_trial=4"], "tune.n_trial=4: lra-tune has no tune.n_trial"),
+        (["tune.final_seeds=2"], "a tuning plan needs its budget, tune.n_trials=N"),
+        (["tune.n_trials=0"], "tune.n_trials takes an int of at least 1"),
+        (["tune.n_trials=4", "tune.final_seeds=-1"], "tune.final_seeds takes an int of at least 0"),
+    ],
+)
+def test_bad_tuning_plan_options_are_one_line_each(args, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_main.split_arguments(args)
+
+
+def test_a_tuning_plan_refuses_self_pretraining_as_lra_tune_does(tmp_path):
+    with pytest.raises(ConfigError, match="lra-tune tunes single-stage runs"):
+        _plan(tmp_path, "task=listops_tiny", "pretrain=masked", "tune.n_trials=2")
+    assert not (tmp_path / "plan" / "plan.json").exists()

@@ -22,6 +22,9 @@ The plan's own options (everything else is a sweep override):
   speed: :mod:`lra.plan.tpu`);
 - ``plan.isolate=false``: measure in this process (the tests; a cell's memory statistics and
   compile cache then carry over to the next);
+- ``tune.n_trials=N`` (with ``tune.final_seeds=F``, default 3, and any other ``tune.*`` key of
+  ``lra-tune``): plan the ``lra-tune`` studies of the cells instead of their runs, one study per
+  seed: N validation-only trials counted whole, then F final runs (:mod:`lra.plan.tuning`);
 - ``plan.resume=false``: measure every cell again. By default a ``plan.json`` already in
   ``out_dir`` (a plan cut short, or one of another sweep) lends the cells it measured at the
   same code version, device and timing options; only crashed cells are measured again, and
@@ -40,6 +43,7 @@ from lra.atomic import write_atomic
 from lra.config.identity import result_hash, run_key
 from lra.config.sweep import group_cells, sweep_jobs
 from lra.errors import ConfigError
+from lra.plan import tuning
 from lra.plan.output import plan_json, plan_markdown, totals
 from lra.plan.project import add_stages, project_stage
 from lra.run.exit_status import report_errors
@@ -64,9 +68,12 @@ OPTIONS = {
 def split_arguments(argv: list[str]) -> tuple[dict, list[str]]:
     """``(the plan's options, the sweep's overrides)`` of ``lra-plan``'s arguments."""
     options = {key: default for key, (_, default) in OPTIONS.items()}
-    overrides = []
+    overrides, tune_args = [], []
     for arg in argv:
         key, _, value = arg.partition("=")
+        if key.startswith("tune."):
+            tune_args.append(arg)
+            continue
         if key not in OPTIONS:
             overrides.append(arg)
             continue
@@ -80,6 +87,7 @@ def split_arguments(argv: list[str]) -> tuple[dict, list[str]]:
             raise ConfigError(f"{arg}: {key} takes a {kind.__name__} (e.g. {key}=2)") from None
         if kind in (int, float) and options[key] is not None and options[key] <= 0:
             raise ConfigError(f"{arg}: {key} must be above 0")
+    options["tune"] = tuning.tune_options(tune_args)
     return options, overrides
 
 
@@ -122,6 +130,8 @@ def plan_cell(cell, options: dict) -> dict:
     cfg = _cell_config(cell)
     stages, projections = [], []
     stage_list = _stages(cfg)
+    if options["tune"] is not None and len(stage_list) > 1:
+        tuning.refuse_two_stage(cell.name)
     for name, stage_cfg in stage_list:
         config = OmegaConf.to_container(stage_cfg, resolve=True)
         if options["memory_gb"] is not None:
@@ -140,7 +150,12 @@ def plan_cell(cell, options: dict) -> dict:
     projected = add_stages(projections) if len(projections) == len(stage_list) else None
     seconds = None if projected is None else projected["total"]
     devices = int(last.get("num_devices") or 1)
-    return {
+    study = None
+    if options["tune"] is not None:
+        trial_cfg = OmegaConf.merge(stage_list[-1][1], {"trainer": {"evaluate_test": False}})
+        trial = project_stage(trial_cfg, last)["total"]
+        study = tuning.price_study(options["tune"], trial, seconds)
+    entry = {
         "name": cell.name,
         "overrides": list(cell.overrides),
         "seeds": list(cell.seeds),
@@ -160,9 +175,20 @@ def plan_cell(cell, options: dict) -> dict:
         "projected_seconds": seconds,
         "projected_parts": projected,
         "devices_per_run": devices,
-        "device_hours": None if seconds is None else seconds * devices * len(cell.seeds) / 3600,
         "stages": stages,
     }
+    if study is not None:
+        entry["tuning"] = study
+    return {**entry, "device_hours": device_hours(entry, cell.seeds)}
+
+
+def device_hours(entry: dict, seeds: list) -> float | None:
+    """A cell's device-hours: its runs' (or, in a tuning plan, its studies') seconds x the
+    devices of a run x its seeds."""
+    study = entry.get("tuning")
+    seconds = entry.get("projected_seconds") if study is None else study["study_seconds"]
+    devices = entry.get("devices_per_run") or 1
+    return None if seconds is None else seconds * devices * len(seeds) / 3600
 
 
 def _measured_options(options: dict) -> dict:
@@ -174,6 +200,20 @@ def _measured_options(options: dict) -> dict:
         "memory_gb": options["memory_gb"],
         "isolate": options["plan.isolate"],
         "device": options["device"],
+    }
+
+
+def _lent(earlier: dict, options: dict) -> dict:
+    """An earlier cell as this plan prices it: re-priced for this plan's budget (a tuning plan
+    takes only cells an earlier tuning plan projected a trial for)."""
+    tune = options["tune"]
+    if tune is None:
+        return {k: v for k, v in earlier.items() if k != "tuning"}
+    return {
+        **earlier,
+        "tuning": tuning.price_study(
+            tune, earlier["tuning"]["trial_seconds"], earlier.get("projected_seconds")
+        ),
     }
 
 
@@ -196,14 +236,22 @@ def earlier_cells(out_dir: Path, code: str, options: dict) -> dict[tuple, dict]:
     } == {k: v for k, v in _measured_options(options).items() if k != "isolate"}
     if not same:
         return {}
-    return {tuple(c["overrides"]): c for c in earlier.get("cells", []) if not c.get("crashed")}
+    tuned = options["tune"] is not None
+    return {
+        tuple(c["overrides"]): _lent(c, options)
+        for c in earlier.get("cells", [])
+        if not c.get("crashed") and (c.get("tuning") is not None or not tuned)
+    }
 
 
 def with_seeds(entry: dict, seeds: list) -> dict:
     """A measured cell lent to a sweep with other seeds: its device-hours recounted."""
-    seconds, devices = entry.get("projected_seconds"), entry.get("devices_per_run") or 1
-    hours = None if seconds is None else seconds * devices * len(seeds) / 3600
-    return {**entry, "seeds": list(seeds), "device_hours": hours, "reused": True}
+    return {
+        **entry,
+        "seeds": list(seeds),
+        "device_hours": device_hours(entry, seeds),
+        "reused": True,
+    }
 
 
 def _cell_line(index: int, count: int, entry: dict) -> str:
@@ -214,10 +262,17 @@ def _cell_line(index: int, count: int, entry: dict) -> str:
         return f"{head}: DOES NOT FIT: {entry['advice']}"
     if entry["projected_seconds"] is None:
         return f"{head}: fits, not timed"
+    study = entry.get("tuning")
+    cost = f"{entry['projected_seconds'] / 60:.1f} min a run"
+    if study is not None and study["study_seconds"] is not None:
+        cost = (
+            f"{study['trial_seconds'] / 60:.1f} min a trial, {cost}, "
+            f"{study['study_seconds'] / 3600:.2f} h a study"
+        )
     return (
         f"{head}: {entry['steps_per_sec']:.3g} steps/s, "
         f"{(entry['compiled_memory_bytes'] or 0) / 2**30:.2f} GiB, "
-        f"{entry['projected_seconds'] / 60:.1f} min a run, {entry['device_hours']:.3g} device-h"
+        f"{cost}, {entry['device_hours']:.3g} device-h"
     )
 
 
@@ -275,6 +330,7 @@ def _plan(argv, options, entries, count, created, code, start) -> dict:
             "estimate": first.get("estimate"),
         },
         "options": _measured_options(options),
+        "tune": options["tune"],
         **totals(entries, options["jobs"], options["budget_hours"]),
         "cells": entries,
     }

@@ -4,11 +4,14 @@ Pure data in, text out (no JAX). The totals: device-hours of every cell with a p
 the wall time of the sweep on ``jobs`` parallel runs (devices or SLURM jobs), its seeds'
 runs taken in the sweep's order by whichever worker is free first (as a launcher hands them
 out), and the cells that do not fit. With ``budget_hours`` each cell says whether it fits a
-budget of that many device-hours, the cells taken in the sweep's order.
+budget of that many device-hours, the cells taken in the sweep's order. A tuning plan
+(``tune.n_trials``, :mod:`lra.plan.tuning`) prices each cell's studies instead of its runs.
 """
 
 import heapq
 import json
+
+from lra.plan.tuning import schedule
 
 PLAN_FIELDS = (
     "overrides",
@@ -26,11 +29,20 @@ def wall_seconds(cells: list[dict], jobs: int) -> float:
     the sweep's order, each on the worker that frees up first."""
     workers = [0.0] * max(1, int(jobs))
     for cell in cells:
-        if cell["projected_seconds"] is None:
+        if cell["device_hours"] is None:
             continue
         for _ in cell["seeds"]:
-            heapq.heapreplace(workers, workers[0] + cell["projected_seconds"])
+            if cell.get("tuning") is not None:
+                schedule(workers, cell["tuning"])  # a study: its trials, then its finals
+            else:
+                heapq.heapreplace(workers, workers[0] + cell["projected_seconds"])
     return max(workers)
+
+
+def _runs(cell: dict) -> int:
+    study = cell.get("tuning")
+    per_seed = 1 if study is None else study["n_trials"] + study["final_seeds"]
+    return per_seed * len(cell["seeds"])
 
 
 def with_budget(cells: list[dict], budget_hours: float | None) -> None:
@@ -54,7 +66,7 @@ def totals(cells: list[dict], jobs: int, budget_hours: float | None) -> dict:
     projected = [c for c in cells if c["device_hours"] is not None]
     out = {
         "total_device_hours": sum(c["device_hours"] for c in projected),
-        "runs": sum(len(c["seeds"]) for c in cells),
+        "runs": sum(_runs(c) for c in cells),
         "jobs": int(jobs),
         "wall_hours": wall_seconds(cells, jobs) / 3600,
         "not_fitting": [c["name"] for c in cells if not c["fits"] and not c.get("crashed")],
@@ -89,6 +101,12 @@ def _fit(cell: dict) -> str:
     return "yes" if cell["fits"] else "**no**"
 
 
+def _study_columns(cell: dict) -> str:
+    study = cell.get("tuning") or {}
+    trial, total = study.get("trial_seconds"), study.get("study_seconds")
+    return f"{_duration(trial)} | {_duration(total)} | "
+
+
 def plan_markdown(plan: dict) -> str:
     """``plan.md``: the table of cells, the totals, and each non-fitting cell's advice."""
     where = plan["device"]
@@ -114,6 +132,14 @@ def plan_markdown(plan: dict) -> str:
             "step(s))."
         )
     budget = plan["budget_hours"] is not None
+    tune = plan.get("tune")
+    if tune is not None:
+        how += (
+            f" Tuning plan: each cell is one lra-tune study per seed, {tune['n_trials']} "
+            f"trial(s) then {tune['final_seeds']} final run(s) (lra/plan/tuning.py). A trial is "
+            "projected as a validation-only run (no test pass) and counted whole, pruned or not: "
+            "with a pruner the study costs at most that."
+        )
     lines = [
         f"# Plan: {plan['command']}",
         "",
@@ -123,8 +149,11 @@ def plan_markdown(plan: dict) -> str:
         + (" (ESTIMATES)." if estimate else "."),
         "",
         f"| Cell | Seeds | Train steps/s{' (estimate)' if estimate else ''} | Compiled memory / "
-        "device | Fits | Projected per run | Device-hours |" + (" In budget |" if budget else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if budget else ""),
+        "device | Fits | Projected per run |"
+        + (" Per trial | Per study |" if tune else "")
+        + " Device-hours |"
+        + (" In budget |" if budget else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if tune else "") + ("---|" if budget else ""),
     ]
     for cell in plan["cells"]:
         rate = "-" if cell["steps_per_sec"] is None else f"{cell['steps_per_sec']:.3g}"
@@ -133,7 +162,8 @@ def plan_markdown(plan: dict) -> str:
             f"| {cell['name']} | {len(cell['seeds'])} | {rate} | "
             f"{_gib(cell['compiled_memory_bytes'])} / {_gib(cell['device_memory_bytes'])} | "
             f"{_fit(cell)} | {_duration(cell['projected_seconds'])} | "
-            f"{hours} |"
+            + (_study_columns(cell) if tune else "")
+            + f"{hours} |"
         )
         if budget:
             row += f" {'yes' if cell['in_budget'] else 'no'} |"
@@ -146,7 +176,9 @@ def plan_markdown(plan: dict) -> str:
         ]
     lines += [
         "",
-        f"Total: {plan['total_device_hours']:.3g} device-hours over {plan['runs']} runs; "
+        f"Total: {plan['total_device_hours']:.3g} device-hours over {plan['runs']} runs"
+        + (" (trials and final runs)" if tune else "")
+        + "; "
         f"{_duration(plan['wall_hours'] * 3600)} of wall time on {plan['jobs']} parallel "
         "job(s) (jobs=N: devices or SLURM jobs).",
     ]

@@ -6,8 +6,9 @@ does around them (:mod:`lra.train.loop`, :mod:`lra.train.hooks`):
 - validation: one pass every ``trainer.eval_every`` steps and at the last step, each of
   ``ceil(val examples / batch_size)`` eval steps (at most ``trainer.eval_batches``), at the
   measured eval steps/sec;
-- the test pass at the selected checkpoint and the selected model's validation predictions (one
-  more validation pass); a pretraining stage has neither;
+- the test pass at the selected checkpoint (not in a pretraining stage, nor with
+  ``trainer.evaluate_test=false``) and the selected model's validation predictions (one more
+  validation pass; not in a pretraining stage);
 - compilation: the measured compile seconds of the train and eval steps (and of the FLOP count);
 - checkpoints: one every ``trainer.checkpoint_every`` steps, every
   ``trainer.checkpoint_minutes`` of training and at the end, each taking the measured save time.
@@ -44,7 +45,8 @@ def project_stage(cfg, measured: dict, *, pretraining: bool = False) -> dict:
     train = num_steps / measured["train_steps_per_sec"]
     val_passes = _passes(num_steps, int(trainer.eval_every)) + (0 if pretraining else 1)
     validation = val_passes * val_batches / eval_rate
-    test = 0.0 if pretraining else math.ceil(test_examples / batch) / eval_rate
+    tested = not pretraining and bool(trainer.get("evaluate_test", True))
+    test = math.ceil(test_examples / batch) / eval_rate if tested else 0.0
     minutes = float(trainer.get("checkpoint_minutes") or 0)
     every = int(trainer.get("checkpoint_every") or 0)
     saves = 1 + (num_steps // every if every else 0)
