@@ -1,8 +1,8 @@
 """``lra-plan`` of ``lra-tune`` studies: what a tuning budget costs before it is spent.
 
-``lra-plan <lra-tune's overrides> tune.n_trials=N [tune.final_seeds=F]`` plans each cell as
-the studies ``lra-tune`` would run, one per seed of the cell (the seed names the study): N
-trials, then F final runs of the chosen values (:mod:`lra.tune`). The cell is measured once, as
+``lra-plan <lra-tune's overrides> tune.n_trials=N [tune.final_seeds=F]`` (F defaults as in
+``lra-tune``) plans each cell as the studies ``lra-tune`` would run, one per seed of the cell
+(the seed names the study): N trials, then F final runs of the chosen values (:mod:`lra.tune`). The cell is measured once, as
 for a sweep (:mod:`lra.plan.measure`); the search space's keys (learning rate, weight decay,
 dropout, warm-up) do not change a step's shapes, so every trial runs at the cell's speed.
 
@@ -22,11 +22,21 @@ schema and kept in ``plan.json``; they do not change the projection.
 
 import dataclasses
 import heapq
+from pathlib import Path
 
 from lra.errors import ConfigError
 
-#: ``lra-tune``'s budget keys this plan prices; the default number of final seeds is lra-tune's.
+#: ``lra-tune``'s budget keys this plan prices.
 N_TRIALS, FINAL_SEEDS = "tune.n_trials", "tune.final_seeds"
+
+
+def _default_final_seeds() -> str:
+    """``tune.final_seeds`` as ``lra-tune`` defaults it (``configs/tune/default.yaml``)."""
+    from omegaconf import OmegaConf
+
+    from lra.config.compose import CONFIG_DIR
+
+    return str(OmegaConf.load(Path(CONFIG_DIR) / "tune" / "default.yaml").final_seeds)
 
 
 def _tune_keys() -> set[str]:
@@ -63,7 +73,7 @@ def tune_options(tune_args: list[str]) -> dict | None:
             "study)"
         )
     block = {"n_trials": _int(f"{N_TRIALS}={out[N_TRIALS]}", out[N_TRIALS], 1)}
-    final = out.get(FINAL_SEEDS, "3")
+    final = out.get(FINAL_SEEDS) or _default_final_seeds()
     block["final_seeds"] = _int(f"{FINAL_SEEDS}={final}", final, 0)
     block["other"] = {k: v for k, v in out.items() if k not in (N_TRIALS, FINAL_SEEDS)}
     return block

@@ -189,8 +189,7 @@ def load(cfg, storage, name: str, space, base: dict):
 def reseed(study, cfg, space, number: int) -> None:
     """Give ``study`` the sampler of trial ``number``'s values (:func:`make_sampler` at offset
     ``number``), between its ask and its suggestions: trial numbers are unique, so two workers
-    asking at the same moment get two seeds (seeded by the trials so far, they got one seed and
-    the same values: one run folder for two trials)."""
+    asking at the same moment draw with two seeds."""
     study.sampler = make_sampler(cfg, space, number)
 
 
