@@ -2,9 +2,10 @@
 
 ``lra-plan <lra-tune's overrides> tune.n_trials=N [tune.final_seeds=F]`` (F defaults as in
 ``lra-tune``) plans each cell as the studies ``lra-tune`` would run, one per seed of the cell
-(the seed names the study): N trials, then F final runs of the chosen values (:mod:`lra.tune`). The cell is measured once, as
-for a sweep (:mod:`lra.plan.measure`); the search space's keys (learning rate, weight decay,
-dropout, warm-up) do not change a step's shapes, so every trial runs at the cell's speed.
+(the seed names the study): N trials, then F final runs of the chosen values (:mod:`lra.tune`).
+The cell is measured once, as for a sweep (:mod:`lra.plan.measure`); the search space's keys
+(learning rate, weight decay, dropout, warm-up) do not change a step's shapes, so every trial
+runs at the cell's speed.
 
 - A trial is projected as a validation-only run (``trainer.evaluate_test=false``: its train
   steps, validation passes, compilation and checkpoints; no test pass), counted whole: a pruned
